@@ -1,0 +1,84 @@
+"""Address safety: refuse to connect to private, loopback, link-local, multicast and cloud
+metadata addresses unless the user allowed it.
+
+A crawler follows links that strangers write. Without this check, a page linking to
+`http://169.254.169.254/` or `http://10.0.0.1/admin` turns the crawler into a proxy into the
+network it runs in. Every resolved address of a host is checked, not just the first, because
+the connection may use any of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+Resolver = Callable[[str, int], list[str]]
+
+# Cloud metadata endpoints that are not already link-local (AWS IPv6, Alibaba, Oracle).
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200", "192.0.0.192")
+)
+
+
+class AddressRefused(Exception):
+    """The host resolves to an address the crawler must not reach."""
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def refusal_reason(address: str) -> str | None:
+    """Why this address is off limits by default, or None when it is a public address."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata"
+    for reason, flag in (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("unspecified", ip.is_unspecified),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+    ):
+        if flag:
+            return reason
+    return None
+
+
+class AddressGuard:
+    """Checks hosts before the crawler connects; remembers answers per host."""
+
+    def __init__(self, allow_private: bool, resolver: Resolver = system_resolver) -> None:
+        self.allow_private = allow_private
+        self._resolver = resolver
+        self._verdicts: dict[str, str | None] = {}
+
+    def check_url(self, url: str) -> None:
+        """Raise AddressRefused if the URL's host resolves to a refused address (OSError if it
+        does not resolve at all; that is a network error, not a verdict, so it is not cached)."""
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = f"{host}:{port}"
+        if key not in self._verdicts:
+            self._verdicts[key] = self._verdict(host, port)
+        if self._verdicts[key] is not None:
+            raise AddressRefused(self._verdicts[key])
+
+    def _verdict(self, host: str, port: int) -> str | None:
+        if self.allow_private:
+            return None
+        for address in self._resolver(host, port):
+            reason = refusal_reason(address)
+            if reason is not None:
+                return (
+                    f"{host} resolves to {reason} address {address} "
+                    "(pass --allow-private to crawl it)"
+                )
+        return None

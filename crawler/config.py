@@ -1,0 +1,70 @@
+"""Crawler settings: everything a user may tune, with safe defaults.
+
+Loaded from a TOML or JSON file (`--config FILE`); unknown keys and bad values are errors, so a
+typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration file or value that cannot be used; the message is one line."""
+
+
+class CrawlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    user_agent: str = "crawlflow/0.1"
+    max_connections: int = Field(64, ge=1, le=4096, description="open connections per node")
+    requests_per_connection: int = Field(
+        50, ge=1, description="URLs fetched over one keep-alive connection to a new server"
+    )
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(15.0, gt=0)
+    max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
+    max_retries: int = Field(3, ge=0, description="retries per URL after 429/503/5xx/network")
+    retry_after_max_s: float = Field(120.0, gt=0, description="longest Retry-After honoured")
+    robots_retry_s: float = Field(
+        30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
+    )
+    write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
+    write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
+    rate_control: dict[str, Any] = Field(default_factory=dict)
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "config"
+    return f"{where}: {first['msg']}"
+
+
+def config_from_dict(data: dict[str, Any]) -> CrawlConfig:
+    try:
+        return CrawlConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid config: {_one_line(exc)}") from None
+
+
+def load_config(path: str | Path | None) -> CrawlConfig:
+    """Read a TOML (`.toml`) or JSON file into a CrawlConfig; None gives the defaults."""
+    if path is None:
+        return CrawlConfig()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid {path.suffix[1:] or 'TOML'}: {exc}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of settings")
+    return config_from_dict(data)

@@ -1,0 +1,375 @@
+"""A crawler node: owns whole servers, fetches their URLs, parses pages, writes Parquet.
+
+Plain Python (threads, no Ray): the flow wraps it in a Ray actor, tests may run it directly.
+Worker threads are the node's open connections; each one takes a server from the frontier,
+fetches up to `P` of its URLs over that server's keep-alive session and gives it back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from crawler.addresses import AddressGuard, AddressRefused
+from crawler.config import CrawlConfig
+from crawler.fetcher import FetchResult, ServerSession
+from crawler.frontier import Frontier, Server, UrlTask
+from crawler.links import parse_html
+from crawler.politeness import RetryPolicy, RobotsRules, is_retryable, parse_retry_after
+from crawler.ratecontrol import RateControlConfig, make_host_controller
+from crawler.urls import BadUrl, Scope, canonical_url, host_key
+from storage.schema import FETCHES, METRICS, PAGES
+from storage.writer import ParquetDatasetWriter
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+# A worker holding a server sleeps until its next request only if that is this close; a longer
+# wait gives the connection slot to another server (politeness must not idle the node).
+LINGER_S = 0.25
+UNLIMITED = 1 << 62
+
+
+class CrawlerNode:
+    def __init__(
+        self,
+        node_id: str,
+        crawl_id: str,
+        out_dir: str,
+        config: CrawlConfig,
+        hosts: Iterable[str],
+        scope_hosts: Iterable[str],
+        allow_private: bool,
+        max_depth: int | None,
+        page_budget: int | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.crawl_id = crawl_id
+        self.config = config
+        self.scope = Scope(set(scope_hosts))
+        self.max_depth = max_depth
+        self._rate_config = RateControlConfig.from_dict(config.rate_control)
+        self._retry = RetryPolicy(
+            max_retries=config.max_retries, retry_after_max_s=config.retry_after_max_s
+        )
+        self._random = random.Random(node_id)
+        self._guard = AddressGuard(allow_private)
+        self._frontier = Frontier()
+        self._sessions: dict[str, ServerSession] = {}
+        self._seen: set[str] = set()
+        self._outbox: list[tuple[str, int]] = []
+        self._lock = threading.Condition()
+        self._budget = UNLIMITED if page_budget is None else page_budget
+        self._active = 0
+        self._stopping = False
+        self._workers: list[threading.Thread] = []
+        self.counters = {"fetches": 0, "pages": 0, "urls_done": 0, "activity": 0}
+        crawl_dir = Path(out_dir) / crawl_id
+        self._fetches = self._writer(crawl_dir, "fetches", FETCHES)
+        self._pages = self._writer(crawl_dir, "pages", PAGES)
+        self._metrics = self._writer(crawl_dir, "metrics", METRICS)
+        for host in hosts:
+            self._add_server(host)
+
+    def _writer(self, crawl_dir: Path, name: str, schema: Any) -> ParquetDatasetWriter:
+        return ParquetDatasetWriter(
+            crawl_dir / name,
+            schema,
+            prefix=self.node_id,
+            batch_rows=self.config.write_batch_rows,
+            interval_s=self.config.write_interval_s,
+        )
+
+    def _add_server(self, host: str) -> None:
+        controller = make_host_controller(self._rate_config, time.monotonic())
+        self._frontier.add_server(
+            Server(host, controller, requests_per_connection=self.config.requests_per_connection)
+        )
+
+    # ---- control interface, called by the driver -------------------------------------------
+
+    def add_urls(self, items: Iterable[tuple[str, int]]) -> int:
+        """Queue canonical URLs (with their depth) of servers this node owns; returns how many
+        were new."""
+        added = 0
+        with self._lock:
+            for url, depth in items:
+                if url in self._seen:
+                    continue
+                host = host_key(url)
+                if host not in self._frontier.servers:
+                    raise ValueError(f"node {self.node_id} does not own {host}")
+                self._seen.add(url)
+                self._frontier.push(host, UrlTask(url, depth), scheme=urlsplit(url).scheme)
+                added += 1
+            if added:
+                self.counters["activity"] += 1
+                self._lock.notify_all()
+        return added
+
+    def grant(self, pages: int) -> None:
+        """Allow this node to start `pages` more URLs (the driver enforces --max-pages)."""
+        with self._lock:
+            self._budget += pages
+            self._lock.notify_all()
+
+    def reclaim(self) -> int:
+        """Hand back the unused page budget (the driver gives it to nodes that have work)."""
+        with self._lock:
+            if self._budget >= UNLIMITED:
+                return 0
+            unused, self._budget = self._budget, 0
+            return unused
+
+    def take_outbox(self) -> list[tuple[str, int]]:
+        """URLs found here for servers other nodes own, to be routed by the driver."""
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+            return outbox
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "node_id": self.node_id,
+                "queued": self._frontier.queued(),
+                "active": self._active,
+                "budget": self._budget,
+                "outbox": len(self._outbox),
+                **self.counters,
+            }
+
+    def start(self) -> None:
+        slots = min(self.config.max_connections, max(1, len(self._frontier.servers)))
+        for index in range(slots):
+            worker = threading.Thread(
+                target=self._work, name=f"{self.node_id}-conn{index}", daemon=True
+            )
+            worker.start()
+            self._workers.append(worker)
+
+    def close(self) -> dict[str, Any]:
+        """Stop the workers after their current fetch, flush every file, close connections."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        for worker in self._workers:
+            worker.join()
+        for writer in (self._fetches, self._pages, self._metrics):
+            writer.flush()
+        for session in self._sessions.values():
+            session.close()
+        return self.status()
+
+    # ---- the fetch loop --------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                server = self._frontier.acquire(time.monotonic()) if self._budget > 0 else None
+                if server is None:
+                    self._lock.wait(timeout=self._idle_wait())
+                    continue
+                self._active += 1
+            try:
+                self._serve(server)
+            finally:
+                with self._lock:
+                    self._frontier.release(server)
+                    self._active -= 1
+                    self.counters["activity"] += 1
+                    self._lock.notify_all()
+
+    def _idle_wait(self) -> float:
+        ready = self._frontier.next_ready_time()
+        if ready is None:
+            return 0.5
+        return min(0.5, max(0.001, ready - time.monotonic()))
+
+    def _serve(self, server: Server) -> None:
+        """One connection's worth of work on one server."""
+        session = self._sessions.setdefault(server.host, ServerSession(self.config))
+        if server.refused is not None or not self._address_ok(server):
+            self._fail_queued(server, f"address_refused: {server.refused}")
+            return
+        if server.robots is None and not self._load_robots(server, session):
+            return
+        for _ in range(server.requests_per_connection):
+            task = self._next_task(server)
+            if task is None:
+                return
+            if not server.robots.allowed(task.url, self.config.user_agent):
+                self._record_fetch(FetchResult(task.url, error="robots_disallowed"), task)
+                with self._lock:
+                    self._budget += 1  # nothing was fetched: the page budget is not spent
+                    self.counters["urls_done"] += 1
+                continue
+            wait = server.controller.earliest_next() - time.monotonic()
+            if wait > LINGER_S:
+                self._requeue(server, task, refund=True)
+                return
+            if wait > 0:
+                time.sleep(wait)
+            if not self._fetch(server, session, task):
+                return
+
+    def _address_ok(self, server: Server) -> bool:
+        try:
+            self._guard.check_url(f"{server.scheme}://{server.host}/")
+        except AddressRefused as exc:
+            server.refused = str(exc)
+            return False
+        except OSError:
+            return True  # resolution failed: each fetch records its own network error
+        return True
+
+    def _fail_queued(self, server: Server, error: str) -> None:
+        """Record every URL queued for a server that cannot be crawled as failed."""
+        with self._lock:
+            tasks = list(server.queue)
+            server.queue.clear()
+        for task in tasks:
+            self._record_fetch(FetchResult(task.url, error=error), task)
+        with self._lock:
+            self.counters["urls_done"] += len(tasks)
+
+    def _load_robots(self, server: Server, session: ServerSession) -> bool:
+        robots_url = f"{server.scheme}://{server.host}/robots.txt"
+        result = session.get(robots_url)
+        self._record_fetch(result, UrlTask(robots_url, depth=0))
+        now = time.monotonic()
+        if result.error is None and result.status is not None and result.status < 500:
+            if result.status == 200:
+                server.robots = RobotsRules.from_text(result.body.decode("utf-8", "replace"))
+            else:
+                server.robots = RobotsRules.allow_all()
+            delay = server.robots.crawl_delay(self.config.user_agent)
+            if delay:
+                server.controller.set_floor_delay(delay)
+            return True
+        # 5xx or no answer: the rules are unknown, so nothing is fetched until they are; after
+        # as many tries as a URL gets, the server's URLs are recorded as failed.
+        server.robots_failures += 1
+        if server.robots_failures > self.config.max_retries:
+            self._fail_queued(server, f"robots_unavailable: {result.error or result.status}")
+        else:
+            server.paused_until = now + self.config.robots_retry_s
+        return False
+
+    def _next_task(self, server: Server) -> UrlTask | None:
+        with self._lock:
+            if self._stopping or not server.queue:
+                return None
+            task = server.queue[0]
+            if task.attempt == 1:
+                if self._budget <= 0:
+                    return None
+                self._budget -= 1
+            return server.queue.popleft()
+
+    def _requeue(self, server: Server, task: UrlTask, refund: bool) -> None:
+        with self._lock:
+            server.queue.appendleft(task)
+            if refund and task.attempt == 1:
+                self._budget += 1
+
+    def _fetch(self, server: Server, session: ServerSession, task: UrlTask) -> bool:
+        """Fetch one URL; False when the connection should end (the server pushed back)."""
+        started = time.monotonic()
+        server.controller.on_request_start(started)
+        result = session.get(task.url)
+        now = time.monotonic()
+        retry_after = parse_retry_after(
+            result.headers.get("retry-after"), time.time(), self.config.retry_after_max_s
+        )
+        server.controller.on_response(now, result.rtt_s or (now - started), result.status, retry_after)
+        retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
+        if retry_in is None and is_retryable(result.status, result.error):
+            # The last try of a URL that kept failing: the row says it was given up.
+            result.error = f"gave_up: {result.error or result.status} after {task.attempt} tries"
+        self._record_fetch(result, task)
+        if retry_in is not None:
+            server.paused_until = max(server.paused_until, now + retry_in)
+            self._requeue(server, UrlTask(task.url, task.depth, task.attempt + 1), refund=False)
+            return False
+        with self._lock:
+            self.counters["urls_done"] += 1
+        if result.status is not None and 300 <= result.status < 400:
+            location = result.headers.get("location")
+            if location:
+                self._discover([location], task.url, task.depth)
+        elif result.status == 200 and result.error is None and result.mime_type in HTML_TYPES:
+            self._store_page(result, task)
+        return result.headers.get("connection", "").lower() != "close"
+
+    def _store_page(self, result: FetchResult, task: UrlTask) -> None:
+        parsed = parse_html(result.body, result.url, result.charset)
+        self._pages.write(
+            {
+                "crawl_id": self.crawl_id,
+                "url": result.url,
+                "url_host_name": host_key(result.url),
+                "fetch_time": datetime.now(UTC),
+                "content_digest": result.digest,
+                "content_length": len(result.body),
+                "title": parsed.title,
+                "outlink_count": len(parsed.links),
+                "depth": task.depth,
+                "node_id": self.node_id,
+                "content": result.body.decode(result.charset or "utf-8", "replace"),
+            }
+        )
+        with self._lock:
+            self.counters["pages"] += 1
+        self._discover(parsed.links, result.url, task.depth + 1)
+
+    def _discover(self, links: Iterable[str], source_url: str, depth: int) -> None:
+        if self.max_depth is not None and depth > self.max_depth:
+            return
+        local: list[tuple[str, int]] = []
+        with self._lock:
+            for link in links:
+                try:
+                    url = canonical_url(urljoin(source_url, link))
+                except BadUrl:
+                    continue
+                if url not in self.scope:
+                    continue
+                if host_key(url) in self._frontier.servers:
+                    local.append((url, depth))
+                elif url not in self._seen:
+                    # Remembered so this node sends each foreign URL to its owner only once.
+                    self._seen.add(url)
+                    self._outbox.append((url, depth))
+        if local:
+            self.add_urls(local)
+
+    def _record_fetch(self, result: FetchResult, task: UrlTask) -> None:
+        parts = urlsplit(result.url)
+        self._fetches.write(
+            {
+                "crawl_id": self.crawl_id,
+                "url": result.url,
+                "url_host_name": host_key(result.url),
+                "url_path": parts.path,
+                "fetch_time": datetime.now(UTC),
+                "fetch_status": result.status,
+                "fetch_redirect": result.headers.get("location"),
+                "error": result.error,
+                "content_mime_type": result.mime_type,
+                "content_charset": result.charset,
+                "content_length": len(result.body) if result.status is not None else None,
+                "content_digest": result.digest,
+                "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
+                "node_id": self.node_id,
+                "depth": task.depth,
+                "attempt": task.attempt,
+            }
+        )
+        with self._lock:
+            self.counters["fetches"] += 1

@@ -1,0 +1,220 @@
+"""Politeness primitives: Retry-After parsing, backoff, per-URL retry decisions, robots.txt rules.
+
+Everything here is pure: time comes in as arguments, randomness from a `random.Random` the
+caller seeds, so the node loop stays reproducible and the unit tests need no clock or network.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+from protego import Protego
+
+# Statuses that say "not now" rather than "never": rate limiting (429), overload (503), and the
+# transient server/gateway failures. 501 and 505 are permanent, so they are not retried.
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Host-level "slow down" signals: the server is refusing work because of our rate.
+BAN_STATUSES = frozenset({429, 503})
+# Error classes (the part of `FetchResult.error` before ":") worth another try: the request may
+# well succeed later. Invalid URLs, redirect loops and oversized bodies will fail the same way.
+RETRY_ERRORS = frozenset({"connect_timeout", "read_timeout", "connection_error"})
+
+# RFC 9309 asks crawlers to parse at least 500 KiB of a robots.txt; past that, we stop reading.
+ROBOTS_MAX_CHARS = 500 * 1024
+
+
+def parse_retry_after(value: str | None, now_wall: float, max_s: float) -> float | None:
+    """Seconds to wait from a `Retry-After` header value, or None when there is no usable value.
+
+    Both RFC 9110 forms are accepted: delay-seconds ("120") and an HTTP-date. `now_wall` is the
+    wall-clock time (`time.time()`), needed only for the date form. A date in the past means
+    "retry now" (0). The result is clamped to `max_s` so a hostile or broken server cannot park
+    a host for days.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None:
+        # float() also accepts "nan", "inf" and negatives; none of them is a delay.
+        if not math.isfinite(seconds) or seconds < 0:
+            return None
+        return min(seconds, max_s)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        # "-0000" dates parse as naive; RFC 9110 dates are always GMT.
+        when = when.replace(tzinfo=UTC)
+    return min(max(0.0, when.timestamp() - now_wall), max_s)
+
+
+class Backoff:
+    """Exponential backoff with "full jitter": attempt k waits uniform(0, min(cap, base*2**(k-1))).
+
+    Full jitter spreads retries of many clients (or many URLs) over the whole window, which
+    avoids synchronized retry storms. With `rng=None` the upper bound itself is returned, for
+    callers that need a deterministic pause (one host, one connection: nothing to desynchronize).
+    """
+
+    def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None) -> None:
+        if base_s <= 0 or cap_s < base_s:
+            raise ValueError("backoff needs 0 < base_s <= cap_s")
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self._rng = rng
+
+    def ceiling(self, attempt: int) -> float:
+        """The un-jittered wait for `attempt` (1 = first retry)."""
+        # Exponent capped so huge attempt numbers cannot overflow the float.
+        return min(self.cap_s, self.base_s * 2.0 ** min(max(attempt, 1) - 1, 60))
+
+    def delay(self, attempt: int) -> float:
+        ceiling = self.ceiling(attempt)
+        return ceiling if self._rng is None else self._rng.uniform(0.0, ceiling)
+
+
+def is_retryable(status: int | None, error: str | None) -> bool:
+    """Whether a failed fetch may succeed if tried again later."""
+    if status is not None and status in RETRY_STATUSES:
+        return True
+    if error is None:
+        # No status and no error class only happens for a transport failure without details.
+        return status is None
+    return error.split(":", 1)[0].strip() in RETRY_ERRORS
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    retry: bool
+    delay_s: float = 0.0
+
+
+class RetryPolicy:
+    """Per-URL retries: which results to retry, after how long, and when to give up.
+
+    `attempt` counts tries of one URL (1 = the first fetch). A retryable result of attempt k is
+    retried while k <= max_retries, so a URL gets at most 1 + max_retries fetches; after that
+    the caller records it as failed. The wait is the server's Retry-After when it sent one
+    (already clamped by `parse_retry_after`, clamped again here for direct callers), else
+    backoff with full jitter.
+    """
+
+    def __init__(
+        self,
+        max_retries: int = 3,
+        retry_after_max_s: float = 120.0,
+        backoff_base_s: float = 1.0,
+        backoff_cap_s: float = 60.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if max_retries < 0 or retry_after_max_s <= 0:
+            raise ValueError("retry policy needs max_retries >= 0 and retry_after_max_s > 0")
+        self.max_retries = max_retries
+        self.retry_after_max_s = retry_after_max_s
+        # The default RNG is seeded so two runs with the same inputs retry at the same times.
+        self._backoff = Backoff(backoff_base_s, backoff_cap_s, rng or random.Random(0))
+
+    def decide(
+        self,
+        attempt: int,
+        status: int | None,
+        error: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> RetryDecision:
+        if not is_retryable(status, error) or attempt > self.max_retries:
+            return RetryDecision(retry=False)
+        if retry_after_s is not None:
+            return RetryDecision(retry=True, delay_s=min(retry_after_s, self.retry_after_max_s))
+        return RetryDecision(retry=True, delay_s=self._backoff.delay(attempt))
+
+    def retry_delay(
+        self,
+        attempt: int,
+        status: int | None,
+        error: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> float | None:
+        """`decide` in one value: seconds until the retry, or None for "do not retry"."""
+        decision = self.decide(attempt, status, error, retry_after_s)
+        return decision.delay_s if decision.retry else None
+
+
+class RobotsRules:
+    """The robots.txt rules of one host, with the RFC 9309 cases for a failed fetch.
+
+    - 2xx: the parsed text. Protego tolerates garbage (HTML error pages served as 200, binary
+      junk): lines it cannot read are ignored, which leaves everything allowed.
+    - 4xx (404, 410, also 401/403): "unavailable", no rules, everything is allowed
+      (`allow_all`).
+    - 5xx, 429 or no answer: "unreachable". RFC 9309 says to assume everything is disallowed;
+      Google stops crawling the host and asks again later. We do the same: `unreachable()`
+      disallows every URL and carries `retry_at`, the time the caller should fetch robots.txt
+      again and replace these rules. Giving up after repeated failures is the caller's call.
+    """
+
+    def __init__(
+        self, parser: Protego | None, disallow_all: bool = False, retry_at: float | None = None
+    ) -> None:
+        self._parser = parser
+        self._disallow_all = disallow_all
+        self.retry_at = retry_at
+
+    @classmethod
+    def from_text(cls, text: str) -> RobotsRules:
+        return cls(Protego.parse(text[:ROBOTS_MAX_CHARS]))
+
+    @classmethod
+    def allow_all(cls) -> RobotsRules:
+        return cls(None)
+
+    @classmethod
+    def unreachable(cls, now: float, retry_in_s: float) -> RobotsRules:
+        return cls(None, disallow_all=True, retry_at=now + retry_in_s)
+
+    @classmethod
+    def from_response(
+        cls, status: int | None, text: str | None, now: float, retry_in_s: float
+    ) -> RobotsRules:
+        """Rules for a robots.txt fetch that ended with `status` (None: no answer)."""
+        if status is None or status >= 500 or status == 429:
+            return cls.unreachable(now, retry_in_s)
+        if 200 <= status < 300:
+            return cls.from_text(text or "")
+        # 3xx left here means the redirect was not followed to a robots file: treat as missing.
+        return cls.allow_all()
+
+    @property
+    def is_unreachable(self) -> bool:
+        return self._disallow_all
+
+    def allowed(self, url: str, user_agent: str) -> bool:
+        if self._disallow_all:
+            return False
+        if self._parser is None:
+            return True
+        return self._parser.can_fetch(url, user_agent)
+
+    def crawl_delay(self, user_agent: str) -> float | None:
+        """Seconds between requests the host asks for: `Crawl-delay`, or `Request-rate` turned
+        into a delay (n requests per m seconds -> m/n), whichever is longer."""
+        if self._parser is None:
+            return None
+        delays = []
+        crawl_delay = self._parser.crawl_delay(user_agent)
+        if crawl_delay is not None and crawl_delay >= 0:
+            delays.append(float(crawl_delay))
+        rate = self._parser.request_rate(user_agent)
+        if rate is not None and rate.requests > 0:
+            delays.append(rate.seconds / rate.requests)
+        return max(delays) if delays else None

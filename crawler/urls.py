@@ -1,0 +1,71 @@
+"""URL canonicalization and crawl scope.
+
+Every URL the crawler stores, de-duplicates or routes goes through `canonical_url` first, so
+two spellings of one resource (fragment, query order, default port, case of the host) are one
+URL everywhere: in the frontier, in the seen set and in the Parquet output.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from w3lib.url import canonicalize_url
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_URL_LENGTH = 2048
+
+
+class BadUrl(ValueError):
+    """A URL the crawler cannot or will not fetch (wrong scheme, no host, too long)."""
+
+
+def canonical_url(url: str) -> str:
+    """Return the canonical form: lower-case scheme and host, no default port, sorted query,
+    no fragment, normalized path and percent-encoding."""
+    if len(url) > MAX_URL_LENGTH:
+        raise BadUrl(f"URL longer than {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise BadUrl(f"malformed URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise BadUrl(f"unsupported scheme in {url!r} (only http and https)")
+    if not parts.hostname:
+        raise BadUrl(f"no host in {url!r}")
+    netloc = parts.hostname.lower()
+    if ":" in netloc:  # an IPv6 literal keeps its brackets
+        netloc = f"[{netloc}]"
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    return canonicalize_url(urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")))
+
+
+def host_key(url: str) -> str:
+    """The server a URL belongs to, as `host[:port]` of its canonical form.
+
+    A server is what one connection reaches, so the port is part of it: two websim hosts on
+    one address but different ports are two servers.
+    """
+    return urlsplit(url).netloc
+
+
+class Scope:
+    """The servers a crawl may fetch from: the seeds' servers plus those the user allowed."""
+
+    def __init__(self, hosts: set[str]) -> None:
+        self.hosts = frozenset(h.lower() for h in hosts)
+
+    def __contains__(self, url_or_host: str) -> bool:
+        host = host_key(url_or_host) if "://" in url_or_host else url_or_host
+        return host in self.hosts
+
+
+def parse_allow(entry: str) -> str:
+    """Turn an `--allow HOST[:PORT]` entry into a server key like `host_key` gives."""
+    probe = entry if "://" in entry else f"http://{entry}"
+    try:
+        return host_key(canonical_url(probe))
+    except BadUrl as exc:
+        raise BadUrl(f"bad --allow entry {entry!r}: {exc}") from None

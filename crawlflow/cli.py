@@ -1,0 +1,198 @@
+"""The `crawlflow` command: crawl, report, sql, plan, websim, demo.
+
+Every user mistake ends in one line on stderr and exit code 2; Prefect, Ray and the web
+simulator are imported only by the commands that need them, so `sql` and `report` start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+
+# No telemetry: these machines often have no internet, and users did not ask for it.
+for _name, _value in (
+    ("DO_NOT_TRACK", "1"),
+    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
+    ("RAY_USAGE_STATS_ENABLED", "0"),
+):
+    os.environ.setdefault(_name, _value)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="A workflow-orchestrated batch web crawler: Prefect flow, Ray nodes, Parquet output.",
+)
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for; shown as one line, exit code 2."""
+
+
+@app.command()
+def crawl(
+    seeds: Annotated[list[str], typer.Argument(help="Start URLs; their servers are in scope.")],
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow", help="Extra server HOST[:PORT] in scope.")
+    ] = None,
+    allow_private: Annotated[
+        bool, typer.Option("--allow-private", help="Allow loopback/private/link-local targets.")
+    ] = False,
+    max_pages: Annotated[int | None, typer.Option(min=1, help="Stop after this many URLs.")] = None,
+    max_depth: Annotated[int | None, typer.Option(min=0, help="Links followed from a seed.")] = None,
+    nodes: Annotated[int, typer.Option(min=1, max=256, help="Crawler nodes (Ray actors).")] = 2,
+    out: Annotated[Path, typer.Option("--out", help="Output root directory.")] = Path("crawl-out"),
+    crawl_id: Annotated[str | None, typer.Option(help="Crawl id (default: a new one).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML or JSON settings file.")
+    ] = None,
+) -> None:
+    """Crawl from SEEDS through the Prefect flow `crawl` and print a summary."""
+    from crawler.config import load_config
+    from crawler.seeds import resolve_scope
+
+    settings = load_config(config)
+    resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
+    summary = _run_crawl_flow(
+        seeds=seeds,
+        allow=allow or [],
+        allow_private=allow_private,
+        max_pages=max_pages,
+        max_depth=max_depth,
+        nodes=nodes,
+        out_dir=str(out),
+        crawl_id=crawl_id,
+        config=settings.model_dump(),
+    )
+    _print_report(Path(summary["out_dir"]), summary)
+
+
+def _run_crawl_flow(**parameters: Any) -> dict[str, Any]:
+    from flows.crawl import crawl as crawl_flow
+
+    return crawl_flow(**parameters)
+
+
+def _print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:
+    from crawlflow.summary import print_summary
+    from storage.queries import crawl_summary, per_host
+    from storage.views import connect
+
+    con = connect(directory)
+    summary = {**crawl_summary(con), **(extra or {})}
+    print_summary(summary, per_host(con))
+
+
+@app.command()
+def report(directory: Annotated[Path, typer.Argument(help="A crawl's output directory.")]) -> None:
+    """Print the summary of the crawl output in DIRECTORY."""
+    _print_report(directory, {"out_dir": str(directory)})
+
+
+@app.command()
+def sql(
+    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    query: Annotated[str, typer.Argument(help="SQL over the views fetches, pages, metrics.")],
+) -> None:
+    """Run a DuckDB query over the crawl output and print the result."""
+    import duckdb
+    from rich.console import Console
+    from rich.table import Table
+
+    from storage.queries import run_sql
+    from storage.views import connect
+
+    con = connect(directory)
+    try:
+        columns, rows = run_sql(con, query)
+    except duckdb.Error as exc:
+        raise UserError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    Console().print(table)
+    Console(stderr=True).print(f"{len(rows)} rows")
+
+
+@app.command()
+def plan(
+    instance: Annotated[Path, typer.Option("--instance", help="Allocation instance JSON.")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the plans here.")] = None,
+) -> None:
+    """Compare first fit, first-fit-decreasing and the MILP optimum on an instance."""
+    from allocation.report import plan_command
+
+    plan_command(str(instance), None if json_out is None else str(json_out))
+
+
+@app.command()
+def websim(
+    hosts: Annotated[int, typer.Option(min=1, max=60000)] = 20,
+    pages: Annotated[int, typer.Option(min=1)] = 2000,
+    seed: Annotated[int, typer.Option()] = 1,
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 0,
+    export: Annotated[Path | None, typer.Option(help="Write the ground truth here.")] = None,
+) -> None:
+    """Serve the synthetic web on loopback until Ctrl-C and print its hub URL."""
+    from websim import WebSpec, serve_forever
+
+    serve_forever(
+        WebSpec(hosts=hosts, pages=pages, seed=seed),
+        port=port,
+        export_dir=None if export is None else str(export),
+    )
+
+
+@app.command()
+def demo(
+    hosts: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    pages: Annotated[int, typer.Option(min=1)] = 2000,
+    nodes: Annotated[int, typer.Option(min=1, max=64)] = 2,
+    out: Annotated[Path, typer.Option("--out")] = Path("crawl-out"),
+) -> None:
+    """Serve the bundled synthetic web, crawl it through the flow, report and check coverage."""
+    from crawlflow.demo import run_demo
+
+    run_demo(hosts=hosts, pages=pages, nodes=nodes, out_dir=out)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from crawler.config import ConfigError
+    from crawler.seeds import SeedError
+    from storage.views import OutputNotFound
+
+    errors: list[type[BaseException]] = [UserError, ConfigError, SeedError, OutputNotFound]
+    try:
+        from allocation.model import InstanceError
+
+        errors.append(InstanceError)
+    except ImportError:  # the allocation package is optional for the crawl path
+        pass
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(
+            args=sys.argv[1:] if argv is None else argv,
+            prog_name="crawlflow",
+            standalone_mode=False,
+        )
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        print(f"crawlflow: error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("crawlflow: interrupted; files already written are kept", file=sys.stderr)
+        sys.exit(130)
+    except _user_errors() as exc:
+        print(f"crawlflow: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

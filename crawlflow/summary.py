@@ -1,0 +1,50 @@
+"""Terminal rendering of a crawl's summary (one screen), shared by `crawl`, `report`, `demo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SUMMARY_LABELS = {
+    "pages": "HTML pages stored",
+    "urls_fetched": "URLs fetched",
+    "fetches": "HTTP attempts (incl. retries, robots.txt)",
+    "duplicate_pages": "duplicate pages",
+    "hosts": "servers",
+    "status_2xx": "2xx",
+    "status_3xx": "3xx",
+    "status_4xx": "4xx (not 429)",
+    "bans": "429/503 (slow-down answers)",
+    "status_5xx": "5xx (not 503)",
+    "robots_denied": "refused by robots.txt",
+    "network_errors": "network/limit errors",
+    "bytes": "bytes received",
+    "duration_s": "duration (s)",
+    "pages_per_s": "pages per second",
+    "ban_share": "429/503 share",
+}
+
+
+def print_summary(
+    summary: dict[str, Any], hosts: list[dict[str, Any]], console: Console | None = None
+) -> None:
+    console = console or Console()
+    table = Table(title=f"crawl {summary.get('crawl_id', '')}".strip(), show_header=False)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, label in SUMMARY_LABELS.items():
+        table.add_row(label, str(summary.get(key)))
+    console.print(table)
+    if hosts:
+        shown = hosts[:15]
+        per_host = Table(title=f"top {len(shown)} of {len(hosts)} servers by fetches")
+        for column in shown[0]:
+            per_host.add_column(column, justify="left" if column == "host" else "right")
+        for row in shown:
+            per_host.add_row(*(str(v) for v in row.values()))
+        console.print(per_host)
+    if "out_dir" in summary:
+        console.print(f"output: {summary['out_dir']}  (query it: crawlflow sql {summary['out_dir']}"
+                      " \"SELECT ...\")")

@@ -1,0 +1,48 @@
+"""The `crawl` flow: plan, allocate, launch nodes, crawl, close, report."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from prefect import flow
+
+from crawler.config import config_from_dict
+from tasks.allocate import allocate_hosts
+from tasks.crawl import drive_crawl
+from tasks.launch import close_nodes, launch_nodes
+from tasks.plan import plan_crawl
+from tasks.report import report_crawl
+
+
+def new_crawl_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
+
+
+@flow(name="crawl", log_prints=True)
+def crawl(
+    seeds: list[str],
+    allow: list[str] | None = None,
+    allow_private: bool = False,
+    max_pages: int | None = None,
+    max_depth: int | None = None,
+    nodes: int = 2,
+    out_dir: str = "crawl-out",
+    crawl_id: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Crawl from `seeds` within the seed servers plus `allow`, writing Parquet to
+    `out_dir/<crawl_id>/`. Returns the crawl summary."""
+    crawl_id = crawl_id or new_crawl_id()
+    settings = config_from_dict(config or {})
+    scope = plan_crawl(seeds, allow or [], allow_private)
+    assignment = allocate_hosts(scope, nodes)
+    fleet = launch_nodes(
+        crawl_id, out_dir, settings, assignment, scope.hosts, allow_private, max_depth, max_pages
+    )
+    try:
+        drive_crawl(fleet, scope.seeds, max_pages)
+    finally:
+        close_nodes(fleet)
+    return report_crawl(out_dir, crawl_id)

@@ -1,0 +1,71 @@
+"""The questions every crawl report asks, as DuckDB SQL over the views of `storage.views`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+SUMMARY_SQL = """
+SELECT
+    (SELECT count(DISTINCT crawl_id) FROM fetches)                         AS crawls,
+    (SELECT count(*) FROM fetches)                                         AS fetches,
+    (SELECT count(DISTINCT url) FROM fetches WHERE fetch_status IS NOT NULL) AS urls_fetched,
+    (SELECT count(*) FROM pages)                                           AS pages,
+    (SELECT count(*) - count(DISTINCT (crawl_id, url)) FROM pages)         AS duplicate_pages,
+    (SELECT count(DISTINCT url_host_name) FROM fetches)                    AS hosts,
+    (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299)  AS status_2xx,
+    (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 300 AND 399)  AS status_3xx,
+    (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 400 AND 499
+                                    AND fetch_status <> 429)               AS status_4xx,
+    (SELECT count(*) FROM fetches WHERE fetch_status IN (429, 503))        AS bans,
+    (SELECT count(*) FROM fetches WHERE fetch_status >= 500
+                                    AND fetch_status <> 503)               AS status_5xx,
+    (SELECT count(*) FROM fetches WHERE error LIKE 'robots_disallowed%')   AS robots_denied,
+    (SELECT count(*) FROM fetches WHERE fetch_status IS NULL
+                                    AND error NOT LIKE 'robots_disallowed%') AS network_errors,
+    (SELECT coalesce(sum(content_length), 0) FROM fetches)                 AS bytes,
+    (SELECT min(fetch_time) FROM fetches)                                  AS started,
+    (SELECT max(fetch_time) FROM fetches)                                  AS finished
+"""
+
+PER_HOST_SQL = """
+SELECT
+    url_host_name AS host,
+    count(*) FILTER (WHERE fetch_status BETWEEN 200 AND 299)       AS ok,
+    count(*)                                                       AS fetches,
+    count(*) FILTER (WHERE fetch_status IN (429, 503))             AS bans,
+    count(*) FILTER (WHERE fetch_status IS NULL)                   AS errors,
+    round(avg(rtt_ms), 1)                                          AS rtt_ms,
+    round(count(*) FILTER (WHERE fetch_status IS NOT NULL)
+          / greatest(epoch(max(fetch_time) - min(fetch_time)), 1e-3), 2) AS fetches_per_s
+FROM fetches
+GROUP BY url_host_name
+ORDER BY fetches DESC, host
+"""
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    cursor = con.execute(sql)
+    columns = [d[0] for d in cursor.description]
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def crawl_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    summary = _rows(con, SUMMARY_SQL)[0]
+    started, finished = summary["started"], summary["finished"]
+    seconds = (finished - started).total_seconds() if started and finished else 0.0
+    summary["duration_s"] = round(seconds, 2)
+    summary["pages_per_s"] = round(summary["pages"] / seconds, 1) if seconds > 0 else None
+    summary["ban_share"] = round(summary["bans"] / summary["fetches"], 4) if summary["fetches"] else 0
+    return summary
+
+
+def per_host(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    return _rows(con, PER_HOST_SQL)
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    cursor = con.execute(sql)
+    columns = [d[0] for d in cursor.description] if cursor.description else []
+    return columns, cursor.fetchall() if columns else []

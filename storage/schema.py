@@ -1,0 +1,62 @@
+"""Parquet schemas of the crawl output: the stable, documented column names.
+
+Column names follow Common Crawl's columnar URL index where it has the same thing
+(`url`, `url_host_name`, `url_path`, `fetch_time`, `fetch_status`, `fetch_redirect`,
+`content_mime_type`, `content_charset`, `content_length`, `content_digest`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+FETCHES = pa.schema(
+    [
+        ("crawl_id", pa.string()),
+        ("url", pa.string()),
+        ("url_host_name", pa.string()),
+        ("url_path", pa.string()),
+        ("fetch_time", TIMESTAMP),
+        ("fetch_status", pa.int32()),  # null when no HTTP response arrived
+        ("fetch_redirect", pa.string()),  # Location of a 3xx
+        ("error", pa.string()),  # null on an HTTP response; else "class: detail"
+        ("content_mime_type", pa.string()),
+        ("content_charset", pa.string()),
+        ("content_length", pa.int64()),  # bytes of body received
+        ("content_digest", pa.string()),  # SHA-1 of the body, base32, as Common Crawl
+        ("rtt_ms", pa.float64()),  # request sent to response headers received
+        ("node_id", pa.string()),
+        ("depth", pa.int32()),
+        ("attempt", pa.int32()),  # 1 for the first try of a URL, 2 for its first retry...
+    ]
+)
+
+PAGES = pa.schema(
+    [
+        ("crawl_id", pa.string()),
+        ("url", pa.string()),
+        ("url_host_name", pa.string()),
+        ("fetch_time", TIMESTAMP),
+        ("content_digest", pa.string()),
+        ("content_length", pa.int64()),
+        ("title", pa.string()),
+        ("outlink_count", pa.int32()),
+        ("depth", pa.int32()),
+        ("node_id", pa.string()),
+        ("content", pa.large_string()),  # the body decoded as text
+    ]
+)
+
+METRICS = pa.schema(
+    [
+        ("crawl_id", pa.string()),
+        ("node_id", pa.string()),
+        ("time", TIMESTAMP),
+        ("host", pa.string()),  # null for node-level rows
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+DATASETS: dict[str, pa.Schema] = {"fetches": FETCHES, "pages": PAGES, "metrics": METRICS}

@@ -1,0 +1,60 @@
+"""Bad input on the command line: one line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlflow.cli import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["crawl", "--bogus", "http://example.com/"], "No such option"),
+        (["crawl", "ht!tp://nowhere"], "bad seed"),
+        (["crawl", "http://"], "bad seed"),
+        (["crawl", "--config", "/nonexistent/crawl.toml", "http://example.com/"], "config"),
+        (["crawl", "--max-pages", "0", "http://example.com/"], "max-pages"),
+        (["crawl", "--allow", "bad host:99999", "http://example.com/"], "--allow"),
+        # A loopback literal is refused without resolving or connecting anywhere.
+        (["crawl", "http://127.0.0.1:9/"], "loopback"),
+        (["report", "/nonexistent/output"], "no such output directory"),
+        (["frobnicate"], "No such command"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(argv, fragment, capsys):
+    code, err = run(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("crawlflow: error:")
+    assert fragment in lines[0]
+    assert "Traceback" not in err
+
+
+def test_bad_config_values_are_named(tmp_path, capsys):
+    config = tmp_path / "crawl.toml"
+    config.write_text("max_connections = -3\nno_such_setting = 1\n")
+    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
+    assert code == 2
+    assert "max_connections" in err or "no_such_setting" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_sql_error_is_one_line(tmp_path, capsys):
+    from storage.schema import FETCHES
+    from storage.writer import ParquetDatasetWriter
+
+    writer = ParquetDatasetWriter(tmp_path / "c1" / "fetches", FETCHES, "n", 10, 1.0)
+    writer.write({"crawl_id": "c1", "url": "http://a/"})
+    writer.flush()
+    code, err = run(["sql", str(tmp_path), "SELEC nonsense"], capsys)
+    assert code == 2
+    assert err.startswith("crawlflow: error: SQL error")
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import pytest
+
+from crawler.addresses import AddressGuard, AddressRefused, refusal_reason
+from crawler.links import parse_html
+from crawler.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
+
+
+def test_canonical_url_normalizes_spellings_of_one_resource():
+    assert canonical_url("HTTP://Example.COM:80/a/../b?z=1&a=2#frag") == "http://example.com/b?a=2&z=1"
+    assert canonical_url("https://x.org:443") == "https://x.org/"
+    assert canonical_url("http://127.0.1.2:8080/p/1#top") == "http://127.0.1.2:8080/p/1"
+
+
+@pytest.mark.parametrize("url", ["ftp://x.org/", "mailto:a@b.c", "http://", "http://x:99999/"])
+def test_canonical_url_rejects_what_cannot_be_fetched(url):
+    with pytest.raises(BadUrl):
+        canonical_url(url)
+
+
+def test_scope_is_by_server_including_port():
+    scope = Scope({"127.0.1.1:8000", parse_allow("127.0.1.2:8000")})
+    assert "http://127.0.1.1:8000/p" in scope
+    assert "http://127.0.1.2:8000/" in scope
+    assert "http://127.0.1.1:8001/p" not in scope
+    assert host_key("http://127.0.1.1:8000/x?y") == "127.0.1.1:8000"
+
+
+def test_parse_html_resolves_base_relative_and_drops_fragments():
+    body = b"""<html><head><title> Docs
+      page </title><base href="/docs/v2/"></head><body>
+      <a href="intro.html#part">intro</a>
+      <a href="../v1/old.html">old</a>
+      <a href="/root?b=2&a=1">root</a>
+      <a href="http://other.example:81/x">cross</a>
+      <a href="mailto:someone@example.com">mail</a>
+      <a href="javascript:void(0)">js</a>
+      <a href="intro.html">dup</a>
+      <a>no href</a>
+    </body></html>"""
+    page = parse_html(body, "http://site.example/index.html")
+    assert page.title == "Docs page"
+    assert page.links == [
+        "http://site.example/docs/v2/intro.html",
+        "http://site.example/docs/v1/old.html",
+        "http://site.example/root?a=1&b=2",
+        "http://other.example:81/x",
+    ]
+
+
+def test_parse_html_survives_garbage():
+    assert parse_html(b"", "http://a.example/").links == []
+    page = parse_html(b"\x00\xff<a href='/x'>x</a><<<>>", "http://a.example/")
+    assert page.links == ["http://a.example/x"]
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("172.16.5.4", "private"),
+        ("169.254.169.254", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("::1", "loopback"),
+        ("fe80::1", "link-local"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("::ffff:10.0.0.1", "private"),
+        ("0.0.0.0", "unspecified"),
+        ("93.184.216.34", None),
+    ],
+)
+def test_refusal_reason(address, reason):
+    assert refusal_reason(address) == reason
+
+
+def test_guard_checks_every_resolved_address_without_connecting():
+    # Name resolution is stubbed: nothing is resolved or contacted for real.
+    answers = {"mixed.example": ["93.184.216.34", "10.0.0.7"], "public.example": ["93.184.216.34"]}
+    guard = AddressGuard(allow_private=False, resolver=lambda host, port: answers[host])
+    guard.check_url("http://public.example/")
+    with pytest.raises(AddressRefused, match="private address 10.0.0.7"):
+        guard.check_url("http://mixed.example/")
+    AddressGuard(allow_private=True, resolver=lambda h, p: answers[h]).check_url(
+        "http://mixed.example/"
+    )

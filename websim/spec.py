@@ -1,0 +1,82 @@
+"""The knobs of a synthetic web. Every field has a default that gives a small, fast, polite web;
+tests and benchmarks override what they need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Host i listens on 127.0.{1 + i // 250}.{1 + i % 250}; the third octet must stay <= 255.
+MAX_HOSTS = 255 * 250
+
+
+@dataclass(frozen=True)
+class WebSpec:
+    hosts: int = 20
+    pages: int = 2000
+    seed: int = 1
+
+    # Link graph. Out-degree is power-law with this mean; targets are drawn with Zipf weights
+    # so in-degree is heavy-tailed too.
+    links_per_page: int = 12
+    same_host_link_share: float = 0.85
+    # Average body size in bytes; text padding fills a page up to its drawn size.
+    page_bytes: int = 4000
+
+    # Page mix (the rest are ordinary HTML pages).
+    private_share: float = 0.06  # pages under /private/ (disallowed on hosts with robots rules)
+    pdf_share: float = 0.03  # application/pdf resources, no out-links
+    base_href_share: float = 0.1  # HTML pages that carry a <base href>
+    mailto_share: float = 0.05  # HTML pages with a mailto: link, which is not a page
+
+    # Host profiles. Each host's median latency is drawn log-uniformly from this range, and each
+    # response's latency from a lognormal around that median.
+    latency_ms: tuple[float, float] = (2.0, 30.0)
+    latency_sigma: float = 0.5
+    # Requests a host serves per connection before it answers `Connection: close`; the default
+    # mix follows the measured web (24% HTTP/1.0 style, most allow 100).
+    keepalive_max: tuple[int, ...] = (1, 100, 10)
+    keepalive_weights: tuple[float, ...] = (0.24, 0.66, 0.10)
+    # Hidden per-host token bucket (rate drawn log-uniformly); None disables rate limits.
+    rate_limit_rps: tuple[float, float] | None = (5.0, 50.0)
+    rate_limit_burst_s: float = 1.0  # bucket capacity, in seconds' worth of tokens
+    # robots.txt: this share of hosts disallows /private/; of those, crawl_delay_share also
+    # asks for a Crawl-delay (0 disables it).
+    robots_share: float = 0.3
+    crawl_delay_share: float = 0.5
+    crawl_delay_s: float = 0.05
+
+    # Connections idle this long are closed by the server, as real servers do.
+    idle_timeout_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.hosts <= MAX_HOSTS:
+            raise ValueError(f"hosts must be in 1..{MAX_HOSTS}")
+        if self.pages < self.hosts:
+            raise ValueError("pages must be >= hosts (every host has a root page)")
+        if self.links_per_page < 1 or self.page_bytes < 0:
+            raise ValueError("links_per_page must be >= 1 and page_bytes >= 0")
+        lo, hi = self.latency_ms
+        if not 0 <= lo <= hi:
+            raise ValueError("latency_ms must be (low, high) with 0 <= low <= high")
+        if len(self.keepalive_max) != len(self.keepalive_weights) or min(self.keepalive_max) < 1:
+            raise ValueError("keepalive_max and keepalive_weights must pair up, values >= 1")
+        if self.rate_limit_rps is not None and not 0 < self.rate_limit_rps[0] <= (
+            self.rate_limit_rps[1]
+        ):
+            raise ValueError("rate_limit_rps must be (low, high) with 0 < low <= high, or None")
+        shares = (
+            self.same_host_link_share,
+            self.private_share,
+            self.pdf_share,
+            self.base_href_share,
+            self.mailto_share,
+            self.robots_share,
+            self.crawl_delay_share,
+        )
+        if not all(0.0 <= s <= 1.0 for s in shares) or self.private_share + self.pdf_share > 1:
+            raise ValueError("shares must be in [0, 1]")
+
+
+def host_address(host: int) -> str:
+    """The loopback IP literal that host number `host` is served on (and named by in URLs)."""
+    return f"127.0.{1 + host // 250}.{1 + host % 250}"
