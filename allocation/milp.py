@@ -45,11 +45,24 @@ from pathlib import Path
 import pulp
 
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
-from allocation.model import DIMENSIONS, Instance, Kind, NoFeasiblePlan, Plan, make_nodes
+from allocation.model import (
+    DIMENSIONS,
+    ZERO,
+    Instance,
+    Kind,
+    NoFeasiblePlan,
+    Plan,
+    Resources,
+    make_nodes,
+)
 
 # Status strings of MilpResult.
 OPTIMAL = "optimal"
 TIME_LIMIT = "time_limit"
+# Costs within this of the lower bound count as optimal (prices are floats).
+TOLERANCE = 1e-6
+# Share of the time limit given to the aggregated relaxation (it usually needs far less).
+AGGREGATE_SHARE = 0.3
 
 
 class SolverUnavailable(RuntimeError):
@@ -73,51 +86,63 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     Raises SolverUnavailable if CBC cannot run and NoFeasiblePlan if no plan exists.
     """
     start = time.perf_counter()
-    warm = _warm_start(instance)
+    _check_cbc()
     if not instance.tasks:
         return MilpResult(Plan(instance, (), time.perf_counter() - start), OPTIMAL, 0.0)
-    model = _Model(instance, warm)
-    if warm is not None:
-        model.set_start(warm)
-    remaining = max(time_limit_s - (time.perf_counter() - start), 1.0)
-    status, bound = _run_cbc(model.problem, remaining, warm_start=warm is not None)
 
-    if status == pulp.LpStatusInfeasible:
-        raise NoFeasiblePlan("no plan places every task within max_reserved and max_surcharge")
-    solved = model.problem.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-    found = model.solution() if solved else None
-    if found is None or (warm is not None and _cost(instance, warm) < _cost(instance, found)):
-        # CBC stopped before improving on (or even loading) the start: the start is the best plan.
-        found = warm
-    if found is None:
+    def remaining() -> float:
+        return time_limit_s - (time.perf_counter() - start)
+
+    candidates = _heuristic_packings(instance)
+    lower, by_type = _aggregated_bound(instance, remaining() * AGGREGATE_SHARE)
+    if by_type is not None:
+        candidates.append(_pack_by_type(instance, by_type))
+    found = [_eliminate_bins(instance, p) for p in candidates if p is not None]
+    best = min(found, key=lambda p: _cost(instance, p), default=None)
+
+    if best is None or _cost(instance, best) > lower + TOLERANCE:
+        model = _Model(instance, best, lower)
+        status, cbc_lower = _run_cbc(model.problem, max(remaining(), 1.0), best is not None)
+        if status == pulp.LpStatusInfeasible:
+            raise NoFeasiblePlan("no plan places every task within max_reserved and "
+                                 "max_surcharge")
+        solved = model.solution()
+        if solved is not None and (best is None or _cost(instance, solved) < _cost(instance, best)):
+            best = solved
+        if model.problem.sol_status == pulp.LpSolutionOptimal and solved is not None:
+            lower = max(lower, _cost(instance, solved))
+        elif cbc_lower is not None:
+            lower = max(lower, cbc_lower)
+    if best is None:
         raise NoFeasiblePlan(f"CBC found no plan within {time_limit_s:g} s and no heuristic "
                              "could place every task")
-    plan = _plan(instance, found, time.perf_counter() - start)
-    if model.problem.sol_status == pulp.LpSolutionOptimal:
-        return MilpResult(plan, OPTIMAL, 0.0)
+    plan = _plan(instance, best, time.perf_counter() - start)
     cost = plan.total_cost
-    gap = 0.0 if cost <= 0 or bound is None else max(0.0, (cost - bound) / cost)
-    return MilpResult(plan, TIME_LIMIT, gap)
+    if cost <= lower + TOLERANCE:
+        return MilpResult(plan, OPTIMAL, 0.0)
+    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost)
 
 
 # A packing: for each type name, its bins, each a list of task ids.
 Packing = dict[str, list[list[str]]]
 
 
-def _warm_start(instance: Instance) -> Packing | None:
-    best: Packing | None = None
+def _heuristic_packings(instance: Instance) -> list[Packing | None]:
+    packings: list[Packing | None] = []
     for heuristic in (first_fit, first_fit_decreasing):
         try:
-            plan = heuristic(instance)
+            packings.append(_packing(heuristic(instance)))
         except NoFeasiblePlan:
-            continue
-        packing: Packing = defaultdict(list)
-        for node in plan.nodes:
-            if node.tasks:
-                packing[node.type].append(list(node.tasks))
-        if best is None or _cost(instance, packing) < _cost(instance, best):
-            best = packing
-    return best
+            packings.append(None)
+    return packings
+
+
+def _packing(plan: Plan) -> Packing:
+    packing: Packing = defaultdict(list)
+    for node in plan.nodes:
+        if node.tasks:
+            packing[node.type].append(list(node.tasks))
+    return packing
 
 
 def _cost(instance: Instance, packing: Packing) -> float:
@@ -138,10 +163,102 @@ def _plan(instance: Instance, packing: Packing, seconds: float) -> Plan:
     return Plan(instance, make_nodes(groups), seconds)
 
 
+def _aggregated_bound(instance: Instance, time_limit_s: float
+                      ) -> tuple[float, dict[str, list[str]] | None]:
+    """Lower bound from the aggregated relaxation, and its task -> type choice if it found one.
+
+    The relaxation forgets which node of a type a task is on: per type, the tasks' summed demand
+    must fit the summed capacity of an integer number of nodes. Every plan satisfies it, so its
+    optimum is a lower bound, and a much better one than the assignment LP, whose fractional
+    node counts let every type be filled exactly.
+    """
+    prob = pulp.LpProblem("aggregated", pulp.LpMinimize)
+    z: dict[tuple[str, str], pulp.LpVariable] = {}
+    counts = []
+    for ti, nt in enumerate(instance.node_types):
+        reserved = pulp.LpVariable(f"r_{ti}", 0, nt.max_reserved, cat=pulp.LpInteger)
+        surcharge = pulp.LpVariable(f"s_{ti}", 0, nt.max_surcharge, cat=pulp.LpInteger)
+        counts.append(nt.busy_reserved_cost * reserved + nt.surcharge * surcharge)
+        fitting = [(i, t) for i, t in enumerate(instance.tasks) if t.demand.fits_in(nt.capacity)]
+        for i, task in fitting:
+            z[task.id, nt.name] = pulp.LpVariable(f"z_{ti}_{i}", cat=pulp.LpBinary)
+        for dim in DIMENSIONS:
+            load = [(getattr(t.demand, dim), z[t.id, nt.name]) for _, t in fitting]
+            if any(amount > 0 for amount, _ in load):
+                prob += (pulp.lpSum(a * v for a, v in load)
+                         <= getattr(nt.capacity, dim) * (reserved + surcharge))
+    prob += pulp.lpSum(counts)
+    for task in instance.tasks:
+        prob += pulp.lpSum(z[task.id, nt.name] for nt in instance.node_types
+                           if (task.id, nt.name) in z) == 1
+    status, cbc_lower = _run_cbc(prob, max(time_limit_s, 0.5), warm_start=False)
+    if status == pulp.LpStatusInfeasible:
+        raise NoFeasiblePlan("no plan places every task within max_reserved and max_surcharge")
+    if prob.sol_status == pulp.LpSolutionOptimal:
+        lower = pulp.value(prob.objective)
+    else:
+        lower = cbc_lower if cbc_lower is not None else 0.0
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return lower, None
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for (task_id, type_name), var in z.items():
+        if (var.value() or 0) > 0.5:
+            by_type[type_name].append(task_id)
+    return lower, by_type
+
+
+def _pack_by_type(instance: Instance, by_type: dict[str, list[str]]) -> Packing | None:
+    """Pack each type's tasks from the aggregated relaxation with first-fit-decreasing."""
+    packing: Packing = {}
+    for type_name, task_ids in by_type.items():
+        sub = Instance((instance.node_type(type_name),),
+                       tuple(instance.task(t) for t in task_ids))
+        try:
+            packing.update(_packing(first_fit_decreasing(sub)))
+        except NoFeasiblePlan:
+            return None
+    return packing
+
+
+def _eliminate_bins(instance: Instance, packing: Packing) -> Packing:
+    """Empty bins whose tasks all fit in the other bins' spare capacity, lightest bins first."""
+    bins = [(type_name, list(tasks)) for type_name, group in packing.items() for tasks in group]
+
+    def load(tasks: list[str]) -> Resources:
+        return sum((instance.task(t).demand for t in tasks), ZERO)
+
+    def fill(type_name: str, tasks: list[str]) -> float:
+        capacity = instance.node_type(type_name).capacity.as_tuple()
+        return max((a / c for a, c in zip(load(tasks).as_tuple(), capacity, strict=True)
+                    if c > 0), default=0.0)
+
+    for victim in sorted(bins, key=lambda b: fill(*b)):
+        others = [b for b in bins if b is not victim]
+        loads = [load(tasks) for _, tasks in others]
+        moves: list[tuple[int, str]] = []
+        for task_id in victim[1]:
+            demand = instance.task(task_id).demand
+            k = next((k for k, (type_name, _) in enumerate(others)
+                      if (loads[k] + demand).fits_in(instance.node_type(type_name).capacity)),
+                     None)
+            if k is None:
+                break
+            loads[k] = loads[k] + demand
+            moves.append((k, task_id))
+        else:
+            for k, task_id in moves:
+                others[k][1].append(task_id)
+            bins = others
+    result: Packing = defaultdict(list)
+    for type_name, tasks in bins:
+        result[type_name].append(tasks)
+    return result
+
+
 class _Model:
     """The PuLP problem of the module docstring, with its variables."""
 
-    def __init__(self, instance: Instance, warm: Packing | None) -> None:
+    def __init__(self, instance: Instance, warm: Packing | None, lower: float) -> None:
         self.instance = instance
         sizes = task_sizes(instance)
         order = sorted(instance.tasks, key=lambda task: sizes[task.id], reverse=True)
@@ -171,7 +288,6 @@ class _Model:
                 for j in range(min(r + 1, positions)):
                     var = pulp.LpVariable(f"x_{ti}_{r}_{j}", cat=pulp.LpBinary)
                     self.x[nt.name, task.id, j] = var
-                    prob += var <= self.y[nt.name, j]
         prob += pulp.lpSum(cost_terms)
 
         by_task: dict[str, list[pulp.LpVariable]] = defaultdict(list)
@@ -189,11 +305,10 @@ class _Model:
                 if any(amount > 0 for amount, _ in load):
                     prob += (pulp.lpSum(a * v for a, v in load)
                              <= getattr(capacity, dim) * self.y[type_name, j])
-        total = instance.total_demand().as_tuple()
-        for d, dim in enumerate(DIMENSIONS):
-            if total[d] > 0:
-                prob += pulp.lpSum(getattr(instance.node_type(t).capacity, dim) * var
-                                   for (t, _), var in self.y.items()) >= total[d]
+        # The aggregated bound as a cut: CBC starts from it instead of the weak assignment LP.
+        prob += pulp.lpSum(cost_terms) >= lower - TOLERANCE
+        if warm is not None:
+            self.set_start(warm)
 
     def set_start(self, packing: Packing) -> None:
         """Give CBC the packing as its first incumbent, in symmetry-broken position order."""
@@ -221,18 +336,21 @@ class _Model:
 _LOWER_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
 
 
-def _run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool
-             ) -> tuple[int, float | None]:
-    """Solve with CBC; return PuLP's status and the lower bound CBC reports when it stops."""
-    solver_kwargs = {"timeLimit": time_limit_s, "warmStart": warm_start, "msg": False}
-    if not pulp.PULP_CBC_CMD(**solver_kwargs).available():
+def _check_cbc() -> None:
+    if not pulp.PULP_CBC_CMD(msg=False).available():
         raise SolverUnavailable(
             "the CBC solver is not available: PuLP's bundled CBC binary is missing or not "
             "executable on this platform; reinstall pulp or install coinor-cbc"
         )
+
+
+def _run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool
+             ) -> tuple[int, float | None]:
+    """Solve with CBC; return PuLP's status and the lower bound CBC reports when it stops."""
     with tempfile.TemporaryDirectory(prefix="crawlflow-milp-") as tmp:
         log_path = Path(tmp) / "cbc.log"
-        solver = pulp.PULP_CBC_CMD(**solver_kwargs, logPath=str(log_path))
+        solver = pulp.PULP_CBC_CMD(timeLimit=time_limit_s, warmStart=warm_start, msg=False,
+                                   logPath=str(log_path))
         try:
             status = problem.solve(solver)
         except pulp.PulpSolverError as exc:

@@ -64,7 +64,8 @@ def load_config(path: str | Path | None) -> CrawlConfig:
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not valid {path.suffix[1:] or 'TOML'}: {exc}")
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise ConfigError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
     return config_from_dict(data)

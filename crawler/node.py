@@ -287,7 +287,9 @@ class CrawlerNode:
         retry_after = parse_retry_after(
             result.headers.get("retry-after"), time.time(), self.config.retry_after_max_s
         )
-        server.controller.on_response(now, result.rtt_s or (now - started), result.status, retry_after)
+        server.controller.on_response(
+            now, result.rtt_s or (now - started), result.status, retry_after
+        )
         retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
         if retry_in is None and is_retryable(result.status, result.error):
             # The last try of a URL that kept failing: the row says it was given up.

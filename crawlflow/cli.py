@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 # No telemetry: these machines often have no internet, and users did not ask for it.
@@ -24,7 +23,6 @@ for _name, _value in (
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="A workflow-orchestrated batch web crawler: Prefect flow, Ray nodes, Parquet output.",
 )
@@ -44,7 +42,9 @@ def crawl(
         bool, typer.Option("--allow-private", help="Allow loopback/private/link-local targets.")
     ] = False,
     max_pages: Annotated[int | None, typer.Option(min=1, help="Stop after this many URLs.")] = None,
-    max_depth: Annotated[int | None, typer.Option(min=0, help="Links followed from a seed.")] = None,
+    max_depth: Annotated[
+        int | None, typer.Option(min=0, help="Links followed from a seed.")
+    ] = None,
     nodes: Annotated[int, typer.Option(min=1, max=256, help="Crawler nodes (Ray actors).")] = 2,
     out: Annotated[Path, typer.Option("--out", help="Output root directory.")] = Path("crawl-out"),
     crawl_id: Annotated[str | None, typer.Option(help="Crawl id (default: a new one).")] = None,
@@ -162,18 +162,12 @@ def demo(
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from allocation.model import InstanceError
     from crawler.config import ConfigError
     from crawler.seeds import SeedError
     from storage.views import OutputNotFound
 
-    errors: list[type[BaseException]] = [UserError, ConfigError, SeedError, OutputNotFound]
-    try:
-        from allocation.model import InstanceError
-
-        errors.append(InstanceError)
-    except ImportError:  # the allocation package is optional for the crawl path
-        pass
-    return tuple(errors)
+    return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,12 +178,12 @@ def main(argv: list[str] | None = None) -> None:
             prog_name="crawlflow",
             standalone_mode=False,
         )
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except typer.TyperException as exc:  # usage errors: unknown option, bad value, ...
         print(f"crawlflow: error: {exc.format_message()}", file=sys.stderr)
         sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         print("crawlflow: interrupted; files already written are kept", file=sys.stderr)
         sys.exit(130)
     except _user_errors() as exc:

@@ -46,5 +46,7 @@ def print_summary(
             per_host.add_row(*(str(v) for v in row.values()))
         console.print(per_host)
     if "out_dir" in summary:
-        console.print(f"output: {summary['out_dir']}  (query it: crawlflow sql {summary['out_dir']}"
-                      " \"SELECT ...\")")
+        console.print(
+            f"output: {summary['out_dir']}  (query it: crawlflow sql {summary['out_dir']}"
+            ' "SELECT ...")'
+        )

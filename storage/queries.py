@@ -57,7 +57,9 @@ def crawl_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     seconds = (finished - started).total_seconds() if started and finished else 0.0
     summary["duration_s"] = round(seconds, 2)
     summary["pages_per_s"] = round(summary["pages"] / seconds, 1) if seconds > 0 else None
-    summary["ban_share"] = round(summary["bans"] / summary["fetches"], 4) if summary["fetches"] else 0
+    summary["ban_share"] = (
+        round(summary["bans"] / summary["fetches"], 4) if summary["fetches"] else 0
+    )
     return summary
 
 

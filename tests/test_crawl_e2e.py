@@ -16,7 +16,9 @@ from websim import WebSim, WebSpec
 @pytest.fixture(scope="module")
 def small_web():
     # Fast hosts without hidden rate limits: this test is about completeness, not politeness.
-    spec = WebSpec(hosts=5, pages=500, seed=7, rate_limit_rps=None, latency_ms=(1.0, 3.0))
+    spec = WebSpec(
+        hosts=5, pages=500, seed=7, rate_limit_rps=None, latency_ms=(1.0, 3.0), robots_share=0.6
+    )
     with WebSim(spec) as sim:
         yield sim
 
@@ -46,9 +48,12 @@ def test_every_reachable_allowed_page_fetched_exactly_once(small_web, crawl_resu
     assert result["coverage"] == 1.0
     assert result["duplicates"] == 0
     con = connect(crawl_dir)
-    fetched = {u for (u,) in con.execute(
-        "SELECT url FROM fetches WHERE fetch_status = 200 AND url NOT LIKE '%/robots.txt'"
-    ).fetchall()}
+    fetched = {
+        u
+        for (u,) in con.execute(
+            "SELECT url FROM fetches WHERE fetch_status = 200 AND url NOT LIKE '%/robots.txt'"
+        ).fetchall()
+    }
     assert fetched == expected
 
 

@@ -8,7 +8,9 @@ from crawler.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
 
 
 def test_canonical_url_normalizes_spellings_of_one_resource():
-    assert canonical_url("HTTP://Example.COM:80/a/../b?z=1&a=2#frag") == "http://example.com/b?a=2&z=1"
+    assert (
+        canonical_url("HTTP://Example.COM:80/a/../b?z=1&a=2#frag") == "http://example.com/b?a=2&z=1"
+    )
     assert canonical_url("https://x.org:443") == "https://x.org/"
     assert canonical_url("http://127.0.1.2:8080/p/1#top") == "http://127.0.1.2:8080/p/1"
 

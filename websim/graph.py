@@ -25,8 +25,8 @@ _ORDINARY_SPLIT = {PLAIN: 0.6, DOC: 0.2, SECTION_DOC: 0.12, LISTING: 0.08}
 _SECTIONS = ("guide", "api", "blog", "news")
 _SORTS = ("asc", "desc")
 
-# Link targets are drawn with weight 1/rank^s over a random ranking of pages: a heavy-tailed
-# in-degree (s near 1 matches the web's in-degree exponent of about 2.1).
+# Link targets are drawn with weight 1/rank^s over a ranking of each host's pages: a
+# heavy-tailed in-degree (s near 1 matches the web's in-degree exponent of about 2.1).
 _TARGET_ZIPF_EXPONENT = 0.9
 # Out-degree tail: Pareto with tail index 1.5 (degree exponent 2.5), capped so no page gets
 # absurdly many links, then scaled to the requested mean.
@@ -48,7 +48,7 @@ class HostProfile:
     crawl_delay_s: float | None
 
 
-@dataclass
+@dataclass(eq=False)  # numpy fields: compare arrays explicitly
 class Web:
     spec: WebSpec
     hosts: list[HostProfile]
@@ -78,9 +78,6 @@ class Web:
         robots_host = np.array([h.robots_disallow is not None for h in self.hosts])
         return ~((self.kind == PRIVATE) & robots_host[self.host_of])
 
-    def mime(self, page: int) -> str:
-        return PDF_MIME if self.kind[page] == PDF else HTML_MIME
-
     def out_links(self, page: int) -> np.ndarray:
         return self.out_dst[self.out_ptr[page] : self.out_ptr[page + 1]]
 
@@ -89,15 +86,6 @@ class Web:
         """Distinct (source, target) page pairs, sorted."""
         src = np.repeat(np.arange(self.n_pages), np.diff(self.out_ptr))
         return unique_pairs(src, self.out_dst, self.n_pages)
-
-    @cached_property
-    def _page_index(self) -> dict[tuple[int, str], int]:
-        hosts = self.host_of.tolist()
-        return {(hosts[i], path): i for i, path in enumerate(self.paths)}
-
-    def page_at(self, host: int, canonical_path: str) -> int | None:
-        """The page at a canonical path (query sorted) on a host, or None."""
-        return self._page_index.get((host, canonical_path))
 
 
 def build_web(spec: WebSpec) -> Web:
@@ -110,11 +98,13 @@ def build_web(spec: WebSpec) -> Web:
     local = np.arange(n) - host_start[host_of]
     kind = _page_kinds(rng, spec, local)
     paths = _paths(rng, kind, local)
-    size = (spec.page_bytes * np.exp(_PAGE_SIZE_SIGMA * rng.standard_normal(n)
-                                     - _PAGE_SIZE_SIGMA**2 / 2)).astype(np.int64)
+    size = (
+        spec.page_bytes
+        * np.exp(_PAGE_SIZE_SIGMA * rng.standard_normal(n) - _PAGE_SIZE_SIGMA**2 / 2)
+    ).astype(np.int64)
 
     src, dst = _links(rng, spec, host_start, host_of, kind)
-    out_ptr, out_dst = _csr(src, dst, n)
+    out_ptr, out_dst = _csr(rng, src, dst, n)
     hosts = _host_profiles(rng, spec, np.diff(host_start))
 
     zipf_rank = np.empty(n, dtype=np.int64)
@@ -144,8 +134,7 @@ def _host_sizes(rng: np.random.Generator, n_hosts: int, n: int) -> np.ndarray:
 def _page_kinds(rng: np.random.Generator, spec: WebSpec, local: np.ndarray) -> np.ndarray:
     ordinary = 1.0 - spec.private_share - spec.pdf_share
     kinds = [*_ORDINARY_SPLIT, PRIVATE, PDF]
-    probs = [ordinary * s for s in _ORDINARY_SPLIT.values()] + [spec.private_share,
-                                                               spec.pdf_share]
+    probs = [ordinary * s for s in _ORDINARY_SPLIT.values()] + [spec.private_share, spec.pdf_share]
     kind = rng.choice(kinds, size=len(local), p=np.array(probs) / sum(probs))
     kind[local == 0] = ROOT
     return kind.astype(np.int8)
@@ -156,8 +145,9 @@ def _paths(rng: np.random.Generator, kind: np.ndarray, local: np.ndarray) -> lis
     section = rng.integers(0, len(_SECTIONS), len(kind))
     sort = rng.integers(0, len(_SORTS), len(kind))
     paths = []
-    for k, j, sec, srt in zip(kind.tolist(), local.tolist(), section.tolist(), sort.tolist(),
-                              strict=True):
+    for k, j, sec, srt in zip(
+        kind.tolist(), local.tolist(), section.tolist(), sort.tolist(), strict=True
+    ):
         if k == ROOT:
             paths.append("/")
         elif k == PLAIN:
@@ -229,9 +219,11 @@ def _links(
     return np.concatenate((tree_src, src)), np.concatenate((tree_dst, dst))
 
 
-def _csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Group links by source, keeping each page's links in the order they were drawn."""
-    order = np.argsort(src, kind="stable")
+def _csr(
+    rng: np.random.Generator, src: np.ndarray, dst: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Group links by source, in random order within a page (the tree link is not first)."""
+    order = np.argsort(src + rng.random(len(src)))  # a random fraction shuffles ties
     out_ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
     return out_ptr.astype(np.int64), dst[order].astype(np.int64)
 
@@ -252,9 +244,7 @@ def pagerank(src: np.ndarray, dst: np.ndarray, n: int, tol: float = 1e-10) -> np
     rank = np.full(n, 1.0 / n)
     for _ in range(1000):
         spread = np.bincount(dst, weights=rank[src] * weight, minlength=n)
-        new = (1 - _PAGERANK_DAMPING) / n + _PAGERANK_DAMPING * (
-            spread + rank[dangling].sum() / n
-        )
+        new = (1 - _PAGERANK_DAMPING) / n + _PAGERANK_DAMPING * (spread + rank[dangling].sum() / n)
         converged = np.abs(new - rank).sum() < tol
         rank = new
         if converged:
@@ -265,13 +255,11 @@ def pagerank(src: np.ndarray, dst: np.ndarray, n: int, tol: float = 1e-10) -> np
 def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -> list[HostProfile]:
     h = spec.hosts
     lo, hi = spec.latency_ms
-    if lo > 0:
-        latency = np.exp(rng.uniform(np.log(lo), np.log(hi), h))
-    else:
-        latency = rng.uniform(lo, hi, h)
+    # Log-uniform spreads medians over the range's orders of magnitude (needs lo > 0).
+    latency = np.exp(rng.uniform(np.log(lo), np.log(hi), h)) if lo > 0 else rng.uniform(lo, hi, h)
     weights = np.array(spec.keepalive_weights, dtype=float)
     keepalive = rng.choice(np.array(spec.keepalive_max), size=h, p=weights / weights.sum())
-    rate_draw = rng.random(h)
+    rate_draw = rng.random(h)  # drawn even without limits, so toggling them changes nothing else
     ban = rng.choice([429, 503], size=h)
     robots = rng.random(h) < spec.robots_share
     delayed = robots & (rng.random(h) < spec.crawl_delay_share) & (spec.crawl_delay_s > 0)

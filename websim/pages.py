@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
-from html import escape
 
 from websim.graph import LISTING, PDF, ROOT, Web
 
-_WORDS = (
-    "crawl frontier server queue latency robots page link index quality rank host fetch "
-    "parse schedule budget token bucket delay window policy breadth depth anchor text web "
-    "graph node edge batch cache filter bloom sample metric throughput connection socket"
-).split()
+_WORDS = [
+    *("crawl", "frontier", "server", "queue", "latency", "robots", "page", "link", "index"),
+    *("quality", "rank", "host", "fetch", "parse", "schedule", "budget", "token", "bucket"),
+    *("delay", "window", "policy", "breadth", "depth", "anchor", "text", "web", "graph"),
+    *("node", "edge", "batch", "cache", "filter", "bloom", "sample", "metric", "socket"),
+]
 # Deterministic padding text; pages take slices of it at random offsets.
 _FILLER = " ".join(random.Random(0).choices(_WORDS, k=40_000))
 _FRAGMENTS = ("top", "intro", "details", "comments", "section-2")
+_FRAGMENT_SHARE = 0.1  # links that carry a #fragment
 # Directories a <base href> may point at (they need not exist: only resolution matters).
 _BASE_DIRS = ("/", "/docs/", "/docs/guide/", "/static/assets/")
 _LINKS_PER_PARAGRAPH = 8
@@ -36,6 +37,7 @@ class Renderer:
         self.web = web
         self.origins = [f"http://{h.address}:{port}" for h in web.hosts]
         self._host_of = web.host_of.tolist()
+        self._paths = web.paths
         self._kind = web.kind.tolist()
         self._size = web.size.tolist()
         self._host_first = web.host_start[web.host_of].tolist()  # for local page numbers
@@ -55,8 +57,8 @@ class Renderer:
             head = f'<base href="{href}">'
         anchors = [self._anchor(rnd, host, base_dir, t) for t in self.web.out_links(page).tolist()]
         if rnd.random() < spec.mailto_share:
-            anchors.append('<a href="mailto:webmaster@example.invalid">Write to us</a>')
-        rnd.shuffle(anchors)
+            mailto = '<a href="mailto:webmaster@example.invalid">Write to us</a>'
+            anchors.insert(rnd.randrange(len(anchors) + 1), mailto)
         groups = [
             " | ".join(anchors[i : i + _LINKS_PER_PARAGRAPH])
             for i in range(0, len(anchors), _LINKS_PER_PARAGRAPH)
@@ -80,7 +82,9 @@ class Renderer:
         return "".join(parts).encode()
 
     def _anchor(self, rnd: random.Random, host: int, base_dir: str, target: int) -> str:
-        written = self.web.paths[target]
+        # Hot path for pages with hundreds of links: plain random() draws, no html.escape
+        # (paths hold no characters that need escaping but the query's "&").
+        written = self._paths[target]
         if self._kind[target] == LISTING and rnd.random() < 0.5:
             written = _reorder_query(written)
         target_host = self._host_of[target]
@@ -96,9 +100,10 @@ class Renderer:
             href = _relative(base_dir, written)
             if draw < 0.6 and not href.startswith("."):
                 href = "./" + href
-        if rnd.random() < 0.1:
-            href += "#" + rnd.choice(_FRAGMENTS)
-        return f'<a href="{escape(href)}">page {target}</a>'
+        draw = rnd.random()
+        if draw < _FRAGMENT_SHARE:
+            href += "#" + _FRAGMENTS[int(draw / _FRAGMENT_SHARE * len(_FRAGMENTS))]
+        return f'<a href="{href.replace("&", "&amp;")}">page {target}</a>'
 
     def _pdf(self, page: int, rnd: random.Random) -> bytes:
         head = f"%PDF-1.4\n% websim document {page}\n"

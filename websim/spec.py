@@ -60,8 +60,9 @@ class WebSpec:
             raise ValueError("latency_ms must be (low, high) with 0 <= low <= high")
         if len(self.keepalive_max) != len(self.keepalive_weights) or min(self.keepalive_max) < 1:
             raise ValueError("keepalive_max and keepalive_weights must pair up, values >= 1")
-        if self.rate_limit_rps is not None and not 0 < self.rate_limit_rps[0] <= (
-            self.rate_limit_rps[1]
+        if (
+            self.rate_limit_rps is not None
+            and not 0 < self.rate_limit_rps[0] <= (self.rate_limit_rps[1])
         ):
             raise ValueError("rate_limit_rps must be (low, high) with 0 < low <= high, or None")
         shares = (

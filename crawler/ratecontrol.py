@@ -1,0 +1,713 @@
+"""Per-host rate control: when may the next request to a host start?
+
+The node keeps exactly one connection per host and sends requests over it one at a time, so
+the only knob per host is the inter-request delay: the time from the start of one request to
+the earliest start of the next. Every controller here implements `HostRateController`; the
+node loop asks `earliest_next()`, calls `on_request_start(now)` when it sends and
+`on_response(...)` with every result, and calls `trace(now)` to log metrics.
+
+Controllers (SPEC sections 1 and 2, plus the default):
+
+- `AdaptiveRateController` ("adaptive", default): congestion control per host, needs no limit.
+- `PIDDelayController` ("pid"): SPEC section 1, holds a user-given pages/min target.
+- `RTTConcurrencyController` ("rtt"): SPEC section 2; its cap also serves as the node-wide
+  in-flight limit when fed every response of the node.
+- `FixedDelayController` ("fixed"): a constant delay, the baseline.
+
+All of them share the politeness floor: robots.txt `Crawl-delay` is a hard minimum delay,
+`Retry-After` on any response pauses the host, and runs of 429/503/5xx/network errors pause
+it with exponential backoff. Time always comes in as an argument (monotonic seconds), so the
+controllers are deterministic and tested against simulated clocks and servers.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from crawler.politeness import BAN_STATUSES, Backoff, RetryPolicy
+
+Mode = Literal["adaptive", "pid", "rtt", "fixed"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+# Keys of every `trace()` row, in a stable order for the metrics dataset.
+TRACE_FIELDS = (
+    "delay_s",
+    "concurrency_cap",
+    "pages",
+    "target_ppm",
+    "srtt_ms",
+    "rtt_band_low_ms",
+    "rtt_band_high_ms",
+    "bans",
+)
+
+# A PID window in which the host was under the controller's pacing for less than this share of
+# the time (the rest: Retry-After pauses, or the node loop not sending although allowed) says
+# little about the delay, so it does not move the delay.
+PID_MIN_ACTIVE_SHARE = 0.5
+# The adaptive controller trusts an RTT band only when it was built from this many samples.
+BAND_MIN_SAMPLES = 8
+
+
+@dataclass(frozen=True)
+class RateControlConfig:
+    """Every rate-control setting, with the defaults used when a key is absent.
+
+    Gains of the PID follow SPEC section 1's sign convention (negative: too fast means a
+    longer delay) and are stated per 60-second window; see `PIDDelayController`.
+    """
+
+    mode: Mode = "adaptive"
+    target_ppm: float | None = None  # pages/min per host; required by "pid"
+    fixed_delay_s: float | None = None  # "fixed": this delay, else 60 / target_ppm
+
+    # Bounds and start of every controller's delay (seconds, start to start).
+    initial_delay_s: float = 1.0
+    min_delay_s: float = 0.0
+    max_delay_s: float = 60.0
+
+    # PID (SPEC section 1).
+    window_s: float = 60.0
+    kp: float = -0.045
+    ki: float = 0.0
+    kd: float = -0.005
+    smoothing: float = 1.0  # EWMA weight of the newest window's count; 1 = no smoothing
+
+    # RTT band and concurrency controller (SPEC section 2).
+    rtt_alpha: float = 0.125  # the smoothing factor `a`; 1/8 as in TCP's SRTT
+    rtt_interval_s: float = 2.0  # TIME_INTERVAL
+    rtt_min_s: float = 0.005  # RTT_MIN: faster responses always raise the cap
+    rtt_max_s: float = 2.0  # RTT_MAX: slower responses always lower it
+    rtt_increase: int = 1
+    rtt_decrease: int = 1
+    rtt_initial_cap: int = 4
+    rtt_min_cap: int = 1
+    rtt_max_cap: int = 8
+
+    # Adaptive controller.
+    slow_start_doubling_s: float = 0.5  # before the first ban the rate doubles this often
+    ban_target_share: float = 0.92  # settle at this share of the rate that drew the last ban
+    ban_backoff: float = 0.5  # rate multiplier on a ban
+    approach_gain: float = 0.05  # share of the gap to the target closed per clean response
+    probe_every: int = 200  # clean responses at the target before probing above it
+    probe_step: float = 0.02  # first probe raises the ban-rate estimate by this share
+    rtt_inflation: float = 0.5  # SRTT this far above the band's top (relative)...
+    rtt_inflation_s: float = 0.02  # ...and by this much (absolute) counts as queueing
+    rtt_slowdown: float = 0.8  # rate multiplier on RTT inflation, at most once per interval
+
+    # Retries and host pauses.
+    retry_after_max_s: float = 120.0
+    max_retries: int = 3
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"rate_control.{f.name} must be a finite number")
+        if self.mode not in MODES:
+            raise ValueError(f"rate_control.mode must be one of {', '.join(MODES)}")
+        checks = [
+            (self.target_ppm is None or self.target_ppm > 0, "target_ppm must be > 0"),
+            (self.fixed_delay_s is None or self.fixed_delay_s >= 0, "fixed_delay_s must be >= 0"),
+            (0 <= self.min_delay_s <= self.max_delay_s, "need 0 <= min_delay_s <= max_delay_s"),
+            (self.max_delay_s > 0, "max_delay_s must be > 0"),
+            (
+                self.min_delay_s <= self.initial_delay_s <= self.max_delay_s
+                and self.initial_delay_s > 0,
+                "initial_delay_s must be > 0 and within [min_delay_s, max_delay_s]",
+            ),
+            (self.window_s > 0, "window_s must be > 0"),
+            (self.kp < 0, "kp must be < 0 (too fast must lengthen the delay)"),
+            (self.ki <= 0 and self.kd <= 0, "ki and kd must be <= 0 (same sign as kp)"),
+            (0 < self.smoothing <= 1, "smoothing must be in (0, 1]"),
+            (0 < self.rtt_alpha <= 1, "rtt_alpha must be in (0, 1]"),
+            (self.rtt_interval_s > 0, "rtt_interval_s must be > 0"),
+            (0 <= self.rtt_min_s <= self.rtt_max_s, "need 0 <= rtt_min_s <= rtt_max_s"),
+            (self.rtt_increase >= 1 and self.rtt_decrease >= 1, "rtt steps must be >= 1"),
+            (
+                1 <= self.rtt_min_cap <= self.rtt_initial_cap <= self.rtt_max_cap,
+                "need 1 <= rtt_min_cap <= rtt_initial_cap <= rtt_max_cap",
+            ),
+            (self.slow_start_doubling_s > 0, "slow_start_doubling_s must be > 0"),
+            (0 < self.ban_target_share <= 1, "ban_target_share must be in (0, 1]"),
+            (0 < self.ban_backoff < 1, "ban_backoff must be in (0, 1)"),
+            (0 < self.approach_gain <= 1, "approach_gain must be in (0, 1]"),
+            (self.probe_every >= 1 and self.probe_step > 0, "need probe_every >= 1, step > 0"),
+            (self.rtt_inflation >= 0 and self.rtt_inflation_s >= 0, "rtt_inflation* >= 0"),
+            (0 < self.rtt_slowdown < 1, "rtt_slowdown must be in (0, 1)"),
+            (self.retry_after_max_s > 0, "retry_after_max_s must be > 0"),
+            (self.max_retries >= 0, "max_retries must be >= 0"),
+            (
+                0 < self.backoff_base_s <= self.backoff_cap_s,
+                "need 0 < backoff_base_s <= backoff_cap_s",
+            ),
+            (
+                self.mode != "pid" or self.target_ppm is not None,
+                "mode 'pid' needs target_ppm",
+            ),
+            (
+                self.mode != "fixed"
+                or self.target_ppm is not None
+                or self.fixed_delay_s is not None,
+                "mode 'fixed' needs fixed_delay_s or target_ppm",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"rate_control: {message}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RateControlConfig:
+        """Build from user settings; unknown keys and ill-typed values are a ValueError."""
+        types = {f.name: f.type for f in fields(cls)}
+        for key, value in data.items():
+            if key not in types:
+                raise ValueError(f"rate_control: unknown key {key!r}")
+            _check_type(key, value, str(types[key]))
+        return cls(**data)
+
+
+def _check_type(key: str, value: Any, type_name: str) -> None:
+    # The annotations are strings (postponed evaluation); the set of forms used above is small.
+    if value is None:
+        if "None" not in type_name:
+            raise ValueError(f"rate_control.{key} must not be null")
+        return
+    if type_name.startswith("Mode"):
+        ok = isinstance(value, str)
+    elif type_name.startswith("int"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok:
+        raise ValueError(f"rate_control.{key} has the wrong type: {value!r}")
+
+
+@runtime_checkable
+class HostRateController(Protocol):
+    """What the node loop needs from a per-host controller."""
+
+    def earliest_next(self) -> float:
+        """Monotonic time at which the next request to this host may start."""
+        ...
+
+    def on_request_start(self, now: float) -> None: ...
+
+    def on_response(
+        self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
+    ) -> None:
+        """Every result of a request; `status` None is a network error."""
+        ...
+
+    def set_floor_delay(self, seconds: float) -> None:
+        """robots.txt Crawl-delay: the delay never goes below this."""
+        ...
+
+    def trace(self, now: float) -> dict[str, float | None]:
+        """A metrics row (keys `TRACE_FIELDS`); `pages`/`bans` count since the previous call."""
+        ...
+
+
+class RTTBand:
+    """SPEC section 2's RTT estimator: S <- (1-a)S + aR, and per TIME_INTERVAL the min and max
+    of S, which become the reference band [low, high] of the next interval."""
+
+    def __init__(self, alpha: float, interval_s: float, now: float) -> None:
+        self.alpha = alpha
+        self.interval_s = interval_s
+        self.srtt: float | None = None
+        self.low: float | None = None
+        self.high: float | None = None
+        self.band_samples = 0  # how many S values the current band was built from
+        self._end = now + interval_s
+        self._min = math.inf
+        self._max = -math.inf
+        self._samples = 0
+
+    def roll(self, now: float) -> None:
+        """Close the interval(s) that ended by `now`. An interval without samples keeps the old
+        band: an idle host has no newer evidence about its RTT."""
+        if now < self._end:
+            return
+        if self._samples:
+            self.low, self.high, self.band_samples = self._min, self._max, self._samples
+        self._min, self._max, self._samples = math.inf, -math.inf, 0
+        self._end += self.interval_s * (math.floor((now - self._end) / self.interval_s) + 1)
+
+    def observe(self, now: float, rtt_s: float) -> None:
+        self.roll(now)
+        # The first sample initializes S, as TCP does, instead of dragging it up from zero.
+        self.srtt = (
+            rtt_s if self.srtt is None else (1 - self.alpha) * self.srtt + (self.alpha * rtt_s)
+        )
+        self._min = min(self._min, self.srtt)
+        self._max = max(self._max, self.srtt)
+        self._samples += 1
+
+
+class Outcome(Enum):
+    PAGE = "page"  # any HTTP answer that is not a ban: the host served us
+    BAN = "ban"  # 429/503: "too fast", the loss signal
+    ERROR = "error"  # other 5xx or no answer
+
+
+def classify(status: int | None) -> Outcome:
+    if status is None:
+        return Outcome.ERROR
+    if status in BAN_STATUSES:
+        return Outcome.BAN
+    if status >= 500:
+        return Outcome.ERROR
+    return Outcome.PAGE
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+class _PacedController(ABC):
+    """The shared politeness layer: pacing from the last start, the Crawl-delay floor, pauses
+    for Retry-After and for runs of failures, the RTT band and the trace counters. Subclasses
+    supply the control law through `delay_s` and `_on_outcome`."""
+
+    # Bans in a row that are answered only by the control law; later ones (without a
+    # Retry-After) also pause the host with backoff. Controllers that do not slow down on a
+    # ban pause at once.
+    ban_grace = 0
+
+    def __init__(self, config: RateControlConfig, now: float) -> None:
+        self.config = config
+        self.rtt = RTTBand(config.rtt_alpha, config.rtt_interval_s, now)
+        self.floor_s = 0.0
+        self.last_start: float | None = None
+        self.pause_until = now
+        # Host pauses are not jittered: one connection per host has nothing to desynchronize,
+        # and a fixed schedule keeps the crawl reproducible.
+        self._backoff = Backoff(config.backoff_base_s, config.backoff_cap_s)
+        self._bad_streak = 0
+        self._pages = 0
+        self._bans = 0
+
+    @property
+    @abstractmethod
+    def delay_s(self) -> float:
+        """The control law's delay, before the Crawl-delay floor."""
+
+    @abstractmethod
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        """React to a classified result (the RTT band is already updated for pages)."""
+
+    def current_delay(self) -> float:
+        return max(self.delay_s, self.floor_s)
+
+    def earliest_next(self) -> float:
+        if self.last_start is None:
+            return self.pause_until
+        return max(self.last_start + self.current_delay(), self.pause_until)
+
+    def on_request_start(self, now: float) -> None:
+        self.last_start = now
+
+    def on_response(
+        self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
+    ) -> None:
+        outcome = classify(status)
+        if outcome is Outcome.PAGE:
+            self._bad_streak = 0
+            self._pages += 1
+            # Only pages feed the RTT estimate: ban replies are usually cheap early exits and
+            # errors are timeouts, neither says how fast the server serves pages.
+            self._observe_rtt(now, rtt_s)
+        else:
+            self._bad_streak += 1
+            self._bans += outcome is Outcome.BAN
+        pause = self._pause_for(outcome, retry_after_s)
+        if pause > 0:
+            self.pause_until = max(self.pause_until, now + pause)
+        self._on_outcome(now, outcome)
+
+    def _observe_rtt(self, now: float, rtt_s: float) -> None:
+        self.rtt.observe(now, rtt_s)
+
+    def _pause_for(self, outcome: Outcome, retry_after_s: float | None) -> float:
+        if retry_after_s is not None:
+            return min(retry_after_s, self.config.retry_after_max_s)
+        if outcome is Outcome.PAGE:
+            return 0.0
+        # One isolated error is usually that page's problem; a run of them is the host's.
+        grace = self.ban_grace if outcome is Outcome.BAN else 1
+        excess = self._bad_streak - grace
+        return self._backoff.ceiling(excess) if excess >= 1 else 0.0
+
+    def set_floor_delay(self, seconds: float) -> None:
+        self.floor_s = max(0.0, seconds)
+
+    def target_ppm(self) -> float | None:
+        return None
+
+    def concurrency_cap(self) -> int | None:
+        return None
+
+    def trace(self, now: float) -> dict[str, float | None]:
+        self.rtt.roll(now)
+        row: dict[str, float | None] = {
+            "delay_s": self.current_delay(),
+            "concurrency_cap": self.concurrency_cap(),
+            "pages": self._pages,
+            "target_ppm": self.target_ppm(),
+            "srtt_ms": _ms(self.rtt.srtt),
+            "rtt_band_low_ms": _ms(self.rtt.low),
+            "rtt_band_high_ms": _ms(self.rtt.high),
+            "bans": self._bans,
+        }
+        self._pages = self._bans = 0
+        return row
+
+
+class FixedDelayController(_PacedController):
+    """A constant delay: the baseline the feedback controllers are measured against."""
+
+    def __init__(self, config: RateControlConfig, now: float, delay_s: float) -> None:
+        super().__init__(config, now)
+        self._delay = delay_s
+
+    @property
+    def delay_s(self) -> float:
+        return self._delay
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        return None  # nothing adapts; the shared layer already paused on bans
+
+
+class PIDDelayController(_PacedController):
+    """SPEC section 1: hold a target of `s` pages/min by moving the delay once per window,
+
+        t_k = t_{k-1} + kp*(s - n) + ki*sum + kd*diff
+
+    with `sum` the running sum of errors and `diff` the change of error since the last window.
+
+    The update is in velocity form: the kp term already accumulates the error into the delay,
+    so kp alone removes steady-state error (it is the integral action of a classical
+    controller), kd acts on the current error (classical proportional action, damping) and ki
+    is a double integral, which only adds overshoot on this static plant
+    (rate = 60/max(delay, fetch time)). The defaults are therefore the classical PI pair
+    kp = -0.045, kd = -0.005, ki = 0, chosen by a grid search on simulated plants with 1 to
+    2.5 fetch slots (plant gains differing 2.5x) and 1% count noise, started from the
+    documents' run (80 pages/min at 3.8 s, target 40): every run settled within +/-5% by
+    window 8, and 1 window in 960 afterwards left the band. SPEC's kp = -0.05 alone settles
+    as fast but is noisier on the high-gain plant (3 in 960); |kd| >= 0.01 amplifies count
+    noise (up to 32 in 960).
+
+    Windows. `n` is a per-minute rate: pages * 60 / active_s, where active_s is the window
+    length minus the time the host was held back by something other than this controller
+    (Retry-After and backoff pauses, or the node loop sending later than allowed). A window
+    with less than half its time active does not move the delay. The gains are stated per
+    60-second window and scaled for other lengths so the wall-clock dynamics stay the same:
+    kp by w/60 and ki by (w/60)^2 (it integrates twice). kd is scaled by w/60 as well: in a
+    short window the count is dominated by quantization (0 or 1 page in a 1 s window is 0 or
+    60 pages/min) and an unscaled derivative would pass that noise straight into the delay.
+    Short windows (1-5 s) therefore take small steps, which already averages their noisy
+    counts; `smoothing` < 1 adds an EWMA of n on top (n <- smoothing*n + (1-smoothing)*n_prev).
+
+    Anti-windup: the delay is clamped to [max(min_delay, Crawl-delay, SRTT), max_delay]
+    (below the fetch time a shorter delay changes nothing, so going lower only winds up), it
+    is never negative, and the error is not integrated while the delay sits on the bound it
+    is pushed against (conditional integration).
+    """
+
+    def __init__(self, config: RateControlConfig, now: float) -> None:
+        super().__init__(config, now)
+        if config.target_ppm is None:
+            raise ValueError("rate_control: mode 'pid' needs target_ppm")
+        self.target = config.target_ppm
+        scale = config.window_s / 60.0
+        self.kp = config.kp * scale
+        self.ki = config.ki * scale * scale
+        self.kd = config.kd * scale
+        self._delay = config.initial_delay_s
+        self._error_sum = 0.0
+        self._last_error: float | None = None
+        self._smoothed_n: float | None = None
+        self._window_start = now
+        self._window_pages = 0
+        self._window_idle = 0.0  # seconds of this window the controller was not pacing
+        # When the controller last allowed the next request while the node had not sent it;
+        # None while a request is in flight.
+        self._ready_at: float | None = None
+        self.last_n: float | None = None  # the last window's measured rate (pages/min)
+
+    @property
+    def delay_s(self) -> float:
+        return self._delay
+
+    def bounds(self) -> tuple[float, float]:
+        low = max(self.config.min_delay_s, self.floor_s, self.rtt.srtt or 0.0)
+        return low, max(low, self.config.max_delay_s)
+
+    def update(self, n_ppm: float) -> float:
+        """One step of the control law for a window that measured `n_ppm`; the new delay."""
+        if self._smoothed_n is None:
+            self._smoothed_n = n_ppm
+        else:
+            weight = self.config.smoothing
+            self._smoothed_n = weight * n_ppm + (1 - weight) * self._smoothed_n
+        error = self.target - self._smoothed_n
+        low, high = self.bounds()
+        # Negative gains: a negative error (too fast) pushes the delay up.
+        pushed_up = error < 0
+        saturated = (self._delay >= high and pushed_up) or (self._delay <= low and error > 0)
+        if not saturated:
+            self._error_sum += error
+        diff = 0.0 if self._last_error is None else error - self._last_error
+        self._last_error = error
+        delay = self._delay + self.kp * error + self.ki * self._error_sum + self.kd * diff
+        self._delay = min(high, max(low, delay))
+        return self._delay
+
+    def _idle_between(self, start: float, end: float) -> float:
+        if self._ready_at is None:
+            return 0.0
+        return max(0.0, end - max(start, self._ready_at))
+
+    def _roll(self, now: float) -> None:
+        window = self.config.window_s
+        while now >= self._window_start + window:
+            end = self._window_start + window
+            active = window - self._window_idle - self._idle_between(self._window_start, end)
+            if active >= PID_MIN_ACTIVE_SHARE * window:
+                self.last_n = self._window_pages * 60.0 / active
+                self.update(self.last_n)
+            self._window_start = end
+            self._window_pages = 0
+            self._window_idle = 0.0
+            if self._ready_at is not None and self._ready_at <= end:
+                # Idle from here to `now`: those windows would all be skipped, jump over them.
+                self._window_start += window * math.floor((now - end) / window)
+
+    def on_request_start(self, now: float) -> None:
+        self._roll(now)
+        self._window_idle += self._idle_between(self._window_start, now)
+        self._ready_at = None
+        super().on_request_start(now)
+
+    def on_response(
+        self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
+    ) -> None:
+        self._roll(now)
+        super().on_response(now, rtt_s, status, retry_after_s)
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        if outcome is Outcome.PAGE:
+            self._window_pages += 1
+        # From here on, time the node lets pass beyond our own pacing is not ours to count.
+        start = self.last_start if self.last_start is not None else now
+        self._ready_at = max(now, start + self.current_delay())
+
+    def target_ppm(self) -> float | None:
+        return self.target
+
+    def trace(self, now: float) -> dict[str, float | None]:
+        self._roll(now)
+        return super().trace(now)
+
+
+class RTTConcurrencyController(_PacedController):
+    """SPEC section 2: a cap on requests in flight, moved by the measured RTT.
+
+    Per page response with RTT R (after the band rolled over): if R < S_min or R < RTT_MIN the
+    cap rises by INCREASE, elif R > S_max or R > RTT_MAX it falls by DECREASE, clamped to
+    [min_cap, max_cap]. In the first interval there is no band and only the absolute
+    thresholds act. Bans and errors also lower the cap (a server that refuses work is
+    saturated whatever its RTT says); they do not feed S, see `_PacedController`.
+
+    Node-wide use: feed `on_rtt(now, R)` with every response of the node and read `cap`.
+
+    Per-host use (mode "rtt"): one host gets one connection, so the cap cannot be a number of
+    parallel requests. It is read as a duty cycle instead: the host's connection is kept busy
+    cap/max_cap of the time, i.e. delay = SRTT * max_cap / cap. At max_cap requests go back to
+    back; each DECREASE stretches the delay, each INCREASE shortens it, in steps of 1/max_cap
+    of the connection's throughput. Before the first RTT is known the delay is initial_delay_s.
+    """
+
+    def __init__(self, config: RateControlConfig, now: float) -> None:
+        super().__init__(config, now)
+        self.cap = config.rtt_initial_cap
+
+    @property
+    def delay_s(self) -> float:
+        cfg = self.config
+        if self.rtt.srtt is None:
+            return cfg.initial_delay_s
+        delay = self.rtt.srtt * cfg.rtt_max_cap / self.cap
+        return min(cfg.max_delay_s, max(cfg.min_delay_s, delay))
+
+    def on_rtt(self, now: float, rtt_s: float) -> int:
+        """The SPEC section 2 step for one response; returns the new cap."""
+        cfg = self.config
+        band = self.rtt
+        band.roll(now)  # the band compared against is the previous interval's
+        if (band.low is not None and rtt_s < band.low) or rtt_s < cfg.rtt_min_s:
+            self.cap = min(cfg.rtt_max_cap, self.cap + cfg.rtt_increase)
+        elif (band.high is not None and rtt_s > band.high) or rtt_s > cfg.rtt_max_s:
+            self.cap = max(cfg.rtt_min_cap, self.cap - cfg.rtt_decrease)
+        band.observe(now, rtt_s)
+        return self.cap
+
+    def _observe_rtt(self, now: float, rtt_s: float) -> None:
+        self.on_rtt(now, rtt_s)
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        if outcome is not Outcome.PAGE:
+            self.cap = max(self.config.rtt_min_cap, self.cap - self.config.rtt_decrease)
+
+    def concurrency_cap(self) -> int | None:
+        return self.cap
+
+
+class AdaptiveRateController(_PacedController):
+    """Congestion control per host; the default, because it needs no limit from the user.
+
+    The state is a request rate r (1/delay). Bans (429/503) are loss, RTT inflation is
+    queueing:
+
+    - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
+      (per clean response, r *= 2**(delay/doubling), so idle time does not count).
+    - A ban at rate r_b cuts r to min(r, r_b) * ban_backoff; its Retry-After (or, from the
+      second ban in a row, backoff) pauses the host. It also sets the ban-rate estimate W:
+      W = r_b if the rate had held at its target for `probe_every` clean responses since the
+      previous ban (the ban ends a probe). Otherwise (and for the first ban, which ends slow
+      start) the old target itself was too high: a token bucket lets a rising rate run past
+      its limit until the burst allowance is spent, so r_b overstates the limit. Then
+      W = max(r_b * (1 + ban_backoff)/2, pages served since the previous ban / time since
+      it), CUBIC's "fast convergence" floored by the served rate, which cannot exceed a token
+      bucket's rate when the bucket was empty at both bans.
+    - Afterwards r approaches ban_target_share * W from below: each clean response closes
+      `approach_gain` of the gap, fast when far, cautious near the old ban rate.
+    - Every `probe_every` clean responses in a row, W is raised by `probe_step`, doubling the
+      step each time (a convex probe in case the limit is higher or has risen); a ban resets
+      the step.
+    - RTT inflation: if SRTT rises above the band of the previous interval by both
+      `rtt_inflation` (relative) and `rtt_inflation_s` (absolute), r is cut by `rtt_slowdown`,
+      at most once per RTT interval. The band rolls over, so a lasting shift of latency costs
+      one cut and is then the new normal.
+    - r stays within [1/max_delay, 1/max(min_delay, Crawl-delay, SRTT)]: with requests in
+      sequence a delay below the fetch time gains nothing, and letting r run past the floor
+      would only wind it up.
+    """
+
+    ban_grace = 1  # the first ban already halves the rate
+
+    def __init__(self, config: RateControlConfig, now: float) -> None:
+        super().__init__(config, now)
+        self.rate = 1.0 / config.initial_delay_s
+        self.ban_rate: float | None = None  # W
+        # Whether the rate held at the target for `probe_every` clean responses since the
+        # last ban, i.e. the estimate W has been confirmed by experience.
+        self._held = False
+        self._last_ban_at: float | None = None
+        self._pages_since_ban = 0
+        self._rate_at_start = self.rate
+        self._clean_streak = 0
+        self._probe = config.probe_step
+        self._next_rtt_cut = now
+
+    @property
+    def delay_s(self) -> float:
+        return 1.0 / self.rate
+
+    def _max_rate(self) -> float:
+        fastest = max(self.config.min_delay_s, self.floor_s, self.rtt.srtt or 0.0)
+        return math.inf if fastest <= 0 else 1.0 / fastest
+
+    def _set_rate(self, rate: float) -> None:
+        self.rate = min(self._max_rate(), max(1.0 / self.config.max_delay_s, rate))
+
+    def on_request_start(self, now: float) -> None:
+        super().on_request_start(now)
+        # The rate the server sees: our pacing, or the fetch time when that is longer.
+        self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        cfg = self.config
+        if outcome is Outcome.BAN:
+            banned_at = self._rate_at_start
+            if not self._held:
+                banned_at *= (1.0 + cfg.ban_backoff) / 2.0
+                if self._last_ban_at is not None and now > self._last_ban_at:
+                    served = self._pages_since_ban / (now - self._last_ban_at)
+                    banned_at = max(banned_at, min(served, self._rate_at_start))
+            self.ban_rate = banned_at
+            self._held = False
+            self._last_ban_at = now
+            self._pages_since_ban = 0
+            self._set_rate(min(self.rate, self._rate_at_start) * cfg.ban_backoff)
+            self._clean_streak = 0
+            self._probe = cfg.probe_step
+            return
+        if outcome is Outcome.ERROR:
+            return  # no growth on failures; runs of them pause the host (shared layer)
+        self._pages_since_ban += 1
+        if self._rtt_inflated(now):
+            self._next_rtt_cut = now + cfg.rtt_interval_s
+            self._set_rate(self.rate * cfg.rtt_slowdown)
+            return
+        if self.ban_rate is None:
+            self._set_rate(self.rate * 2.0 ** (self.current_delay() / cfg.slow_start_doubling_s))
+            return
+        target = cfg.ban_target_share * self.ban_rate
+        if self.rate < target:
+            self._set_rate(self.rate + (target - self.rate) * cfg.approach_gain)
+        self._clean_streak += 1
+        if self._clean_streak >= cfg.probe_every:
+            self._clean_streak = 0
+            self._held = True
+            self.ban_rate *= 1.0 + self._probe
+            self._probe = min(1.0, 2.0 * self._probe)
+
+    def _rtt_inflated(self, now: float) -> bool:
+        band = self.rtt
+        if now < self._next_rtt_cut or band.high is None or band.srtt is None:
+            return False
+        if band.band_samples < BAND_MIN_SAMPLES:
+            return False
+        excess = band.srtt - band.high
+        return excess > self.config.rtt_inflation * band.high and (
+            excess > self.config.rtt_inflation_s
+        )
+
+    def target_ppm(self) -> float | None:
+        if self.ban_rate is None:
+            return None
+        return 60.0 * self.config.ban_target_share * self.ban_rate
+
+
+def make_host_controller(config: RateControlConfig, now: float) -> HostRateController:
+    """A fresh controller for one host, in the configured mode, created at time `now`."""
+    if config.mode == "adaptive":
+        return AdaptiveRateController(config, now)
+    if config.mode == "pid":
+        return PIDDelayController(config, now)
+    if config.mode == "rtt":
+        return RTTConcurrencyController(config, now)
+    delay = config.fixed_delay_s
+    if delay is None:
+        assert config.target_ppm is not None  # guaranteed by RateControlConfig
+        delay = 60.0 / config.target_ppm
+    return FixedDelayController(config, now, delay)
+
+
+def make_retry_policy(config: RateControlConfig, rng: Any = None) -> RetryPolicy:
+    """The per-URL retry policy matching `config` (rng: a seeded `random.Random` or None)."""
+    return RetryPolicy(
+        max_retries=config.max_retries,
+        retry_after_max_s=config.retry_after_max_s,
+        backoff_base_s=config.backoff_base_s,
+        backoff_cap_s=config.backoff_cap_s,
+        rng=rng,
+    )
