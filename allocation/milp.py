@@ -6,30 +6,32 @@ optimal plan reserves exactly the nodes it uses and buys surcharge nodes of a ty
 type, ``n`` bins of which the first ``min(n, max_reserved)`` are reserved (each costs
 ``reserved + usage``) and the rest surcharge (each costs ``surcharge``).
 
-Formulation, for each type ``t`` and bin position ``j`` (``y[t, j]``: bin open; ``x[i, t, j]``:
-task ``i`` in that bin):
+Formulation (``_Model``), for each type ``t`` and bin position ``j`` (``y[t, j]``: bin open;
+``x[i, t, j]``: task ``i`` in that bin): every task in exactly one bin; per bin and dimension,
+load <= capacity * ``y[t, j]``; cost ``sum price[t, j] * y[t, j]`` with ``price[t, j]`` the
+reserved price for ``j < max_reserved`` and the surcharge price after.
 
-- every task in exactly one bin; per bin and dimension, load <= capacity * ``y[t, j]``, and
-  ``x[i, t, j] <= y[t, j]`` (a tighter relaxation than the capacity row alone);
-- cost ``sum price[t, j] * y[t, j]``, with ``price[t, j]`` the reserved price for
-  ``j < max_reserved`` and the surcharge price after.
-
-What makes it solve fast:
+A plain version of this model leaves CBC with a weak bound (the LP fills every type exactly with
+fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds:
 
 - symmetry breaking: bins of a type are identical, so they are ordered by their first task in a
   fixed task order (largest first); then open bins form a prefix (``y[t, j] >= y[t, j+1]``) and
-  task of rank ``r`` can only be in positions ``j <= r``. This removes the ``n!`` relabelings of
-  every plan, and a third of the assignment variables;
-- bounds from a warm start: the better of first fit and first-fit-decreasing (re-costed with
-  reserved nodes first) is handed to CBC as its first incumbent, and since every bin of type
-  ``t`` costs at least ``reserved + usage``, no optimal plan has more than ``cost / (reserved +
-  usage)`` bins of that type: positions beyond that are not created;
-- aggregated covering rows, ``sum_t capacity[t, d] * n_t >= total demand[d]`` with ``n_t`` the
-  integer bin count of type ``t``: redundant for the integer program, but they let CBC's cuts
-  lift the lower bound to whole bins, which is what proves the gap.
+  the task of rank ``r`` can only be in positions ``j <= r``. This removes the ``n!`` relabelings
+  of every plan and about half of the assignment variables;
+- aggregating identical nodes for the bound: a small relaxation (``_aggregated_bound``) keeps
+  only, per type, an integer node count whose summed capacity holds the summed demand of the tasks
+  sent to that type. CBC solves it in a fraction of a second; its optimum is a lower bound that
+  enters the full model as the cut ``cost >= bound``, and its task -> type choice, packed per type,
+  is one more candidate plan;
+- warm start and tightened bounds: the cheapest of first fit, first-fit-decreasing and that
+  per-type packing, after emptying bins whose tasks fit elsewhere (``_eliminate_bins``), is CBC's
+  first incumbent; since every bin of type ``t`` costs at least ``reserved + usage``, no optimal
+  plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
+  beyond that are not created;
+- if the incumbent already meets the bound it is optimal and the full model is skipped.
 
-On the time limit CBC stops and the best plan found is returned with the relative gap between its
-cost and CBC's proven lower bound.
+On the time limit CBC stops and the best plan is returned with the relative gap between its cost
+and the best proven lower bound (CBC's, or the aggregated one if higher).
 """
 
 from __future__ import annotations

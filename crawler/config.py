@@ -11,7 +11,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from crawler.ratecontrol import RateControlConfig
 
 
 class ConfigError(ValueError):
@@ -29,20 +31,33 @@ class CrawlConfig(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(15.0, gt=0)
     max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
-    max_retries: int = Field(3, ge=0, description="retries per URL after 429/503/5xx/network")
-    retry_after_max_s: float = Field(120.0, gt=0, description="longest Retry-After honoured")
     robots_retry_s: float = Field(
         30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
     )
+    metrics_interval_s: float = Field(
+        1.0, gt=0, description="control window of the metrics traces, seconds"
+    )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
-    rate_control: dict[str, Any] = Field(default_factory=dict)
+    rate_control: dict[str, Any] = Field(
+        default_factory=dict, description="RateControlConfig keys: mode, target_ppm, retries..."
+    )
+
+    @field_validator("rate_control")
+    @classmethod
+    def _valid_rate_control(cls, value: dict[str, Any]) -> dict[str, Any]:
+        RateControlConfig.from_dict(value)  # raises ValueError naming the bad key
+        return value
+
+    def rate_control_config(self) -> RateControlConfig:
+        return RateControlConfig.from_dict(self.rate_control)
 
 
 def _one_line(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "config"
-    return f"{where}: {first['msg']}"
+    message = first["msg"].removeprefix("Value error, ").removeprefix(f"{where}: ")
+    return f"{where}: {message}"
 
 
 def config_from_dict(data: dict[str, Any]) -> CrawlConfig:
@@ -69,3 +84,19 @@ def load_config(path: str | Path | None) -> CrawlConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
     return config_from_dict(data)
+
+
+def with_rate_control(
+    config: CrawlConfig, mode: str | None, target_ppm: float | None
+) -> CrawlConfig:
+    """The config with command-line rate-control choices laid over the file's."""
+    overrides = {
+        key: value
+        for key, value in (("mode", mode), ("target_ppm", target_ppm))
+        if value is not None
+    }
+    if not overrides:
+        return config
+    return config_from_dict(
+        {**config.model_dump(), "rate_control": {**config.rate_control, **overrides}}
+    )

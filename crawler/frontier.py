@@ -7,6 +7,8 @@ server is only eligible once its rate controller allows the next request.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -29,17 +31,51 @@ class Server:
     controller: HostRateController
     requests_per_connection: int
     queue: deque[UrlTask] = field(default_factory=deque)
+    # URLs waiting for a retry, by the time they may go again: (not_before, order, task).
+    retries: list[tuple[float, int, UrlTask]] = field(default_factory=list)
     busy: bool = False
     robots: RobotsRules | None = None
-    # Set after a failure (robots.txt unreachable, a retry's backoff or Retry-After): no new
-    # request to this server before then.
+    # While its robots.txt is unreachable, no request to this server before this time.
     paused_until: float = 0.0
     robots_failures: int = 0
     refused: str | None = None  # why the address guard refused this server, once known
     scheme: str = "http"  # taken from the first URL queued for it
 
     def ready_at(self) -> float:
-        return max(self.controller.earliest_next(), self.paused_until)
+        ready = max(self.controller.earliest_next(), self.paused_until)
+        if not self.queue and self.retries:
+            ready = max(ready, self.retries[0][0])
+        return ready
+
+    def pending(self) -> int:
+        return len(self.queue) + len(self.retries)
+
+    def next_task(self, now: float, new_allowed: bool) -> UrlTask | None:
+        """A retry that is due first, else the next new URL if `new_allowed` (page budget)."""
+        if self.retries and self.retries[0][0] <= now:
+            return heapq.heappop(self.retries)[2]
+        if self.queue and new_allowed:
+            return self.queue.popleft()
+        return None
+
+    def retry_later(self, task: UrlTask, not_before: float) -> None:
+        heapq.heappush(self.retries, (not_before, next(_retry_order), task))
+
+    def put_back(self, task: UrlTask) -> None:
+        """Return a task taken but not fetched, to be the next one fetched."""
+        if task.attempt == 1:
+            self.queue.appendleft(task)
+        else:
+            self.retry_later(task, 0.0)
+
+    def drain(self) -> list[UrlTask]:
+        tasks = list(self.queue) + [entry[2] for entry in self.retries]
+        self.queue.clear()
+        self.retries.clear()
+        return tasks
+
+
+_retry_order = itertools.count()  # breaks ties in the retry heap without comparing tasks
 
 
 class Frontier:
@@ -64,13 +100,13 @@ class Frontier:
         self._turns.setdefault(host, None)
 
     def queued(self) -> int:
-        return sum(len(self.servers[h].queue) for h in self._turns)
+        return sum(self.servers[h].pending() for h in self._turns)
 
     def acquire(self, now: float) -> Server | None:
         """Take the next server that is idle, has URLs and may be contacted now."""
         for host in self._turns:
             server = self.servers[host]
-            if not server.busy and server.queue and server.ready_at() <= now:
+            if not server.busy and server.pending() and server.ready_at() <= now:
                 server.busy = True
                 # Its turn is used: it goes to the back of the line.
                 del self._turns[host]
@@ -80,7 +116,7 @@ class Frontier:
 
     def release(self, server: Server) -> None:
         server.busy = False
-        if not server.queue:
+        if not server.pending():
             self._turns.pop(server.host, None)
 
     def next_ready_time(self) -> float | None:
@@ -88,6 +124,6 @@ class Frontier:
         times = [
             self.servers[h].ready_at()
             for h in self._turns
-            if not self.servers[h].busy and self.servers[h].queue
+            if not self.servers[h].busy and self.servers[h].pending()
         ]
         return min(times, default=None)

@@ -21,8 +21,8 @@ from crawler.config import CrawlConfig
 from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
 from crawler.links import parse_html
-from crawler.politeness import RetryPolicy, RobotsRules, is_retryable, parse_retry_after
-from crawler.ratecontrol import RateControlConfig, make_host_controller
+from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
+from crawler.ratecontrol import make_host_controller, make_retry_policy
 from crawler.urls import BadUrl, Scope, canonical_url, host_key
 from storage.schema import FETCHES, METRICS, PAGES
 from storage.writer import ParquetDatasetWriter
@@ -52,11 +52,8 @@ class CrawlerNode:
         self.config = config
         self.scope = Scope(set(scope_hosts))
         self.max_depth = max_depth
-        self._rate_config = RateControlConfig.from_dict(config.rate_control)
-        self._retry = RetryPolicy(
-            max_retries=config.max_retries, retry_after_max_s=config.retry_after_max_s
-        )
-        self._random = random.Random(node_id)
+        self._rate_config = config.rate_control_config()
+        self._retry = make_retry_policy(self._rate_config, random.Random(node_id))
         self._guard = AddressGuard(allow_private)
         self._frontier = Frontier()
         self._sessions: dict[str, ServerSession] = {}
@@ -67,6 +64,7 @@ class CrawlerNode:
         self._active = 0
         self._stopping = False
         self._workers: list[threading.Thread] = []
+        self._touched: set[str] = set()  # servers that answered since the last metrics tick
         self.counters = {"fetches": 0, "pages": 0, "urls_done": 0, "activity": 0}
         crawl_dir = Path(out_dir) / crawl_id
         self._fetches = self._writer(crawl_dir, "fetches", FETCHES)
@@ -143,6 +141,10 @@ class CrawlerNode:
             }
 
     def start(self) -> None:
+        ticker = threading.Thread(target=self._tick_metrics, name=f"{self.node_id}-metrics")
+        ticker.daemon = True
+        ticker.start()
+        self._workers.append(ticker)
         slots = min(self.config.max_connections, max(1, len(self._frontier.servers)))
         for index in range(slots):
             worker = threading.Thread(
@@ -158,11 +160,55 @@ class CrawlerNode:
             self._lock.notify_all()
         for worker in self._workers:
             worker.join()
+        self._write_metrics()
         for writer in (self._fetches, self._pages, self._metrics):
             writer.flush()
         for session in self._sessions.values():
             session.close()
         return self.status()
+
+    # ---- metrics -----------------------------------------------------------------------------
+
+    def _tick_metrics(self) -> None:
+        interval = self.config.metrics_interval_s
+        next_tick = time.monotonic() + interval
+        with self._lock:
+            while not self._stopping:
+                # The condition is notified on every fetch: wake-ups before the tick are ignored.
+                self._lock.wait(timeout=max(0.0, next_tick - time.monotonic()))
+                if not self._stopping and time.monotonic() >= next_tick:
+                    self._write_metrics_locked()
+                    next_tick += interval
+
+    def _write_metrics(self) -> None:
+        with self._lock:
+            self._write_metrics_locked()
+
+    def _write_metrics_locked(self) -> None:
+        """One metrics row per controller trace field per server that answered since the last
+        tick, and the node's own levels (long form: `metric`, `value`)."""
+        now_wall = datetime.now(UTC)
+        now = time.monotonic()
+        rows = [
+            {"host": None, "metric": name, "value": float(value)}
+            for name, value in (
+                ("queued", self._frontier.queued()),
+                ("active_connections", self._active),
+                *((name, self.counters[name]) for name in ("pages", "fetches", "urls_done")),
+            )
+        ]
+        for host in sorted(self._touched):
+            trace = self._frontier.servers[host].controller.trace(now)
+            rows += [
+                {"host": host, "metric": name, "value": float(value)}
+                for name, value in trace.items()
+                if value is not None
+            ]
+        self._touched.clear()
+        for row in rows:
+            self._metrics.write(
+                {"crawl_id": self.crawl_id, "node_id": self.node_id, "time": now_wall, **row}
+            )
 
     # ---- the fetch loop --------------------------------------------------------------------
 
@@ -211,7 +257,7 @@ class CrawlerNode:
                 continue
             wait = server.controller.earliest_next() - time.monotonic()
             if wait > LINGER_S:
-                self._requeue(server, task, refund=True)
+                self._put_back(server, task)
                 return
             if wait > 0:
                 time.sleep(wait)
@@ -231,73 +277,76 @@ class CrawlerNode:
     def _fail_queued(self, server: Server, error: str) -> None:
         """Record every URL queued for a server that cannot be crawled as failed."""
         with self._lock:
-            tasks = list(server.queue)
-            server.queue.clear()
+            tasks = server.drain()
         for task in tasks:
             self._record_fetch(FetchResult(task.url, error=error), task)
         with self._lock:
             self.counters["urls_done"] += len(tasks)
 
     def _load_robots(self, server: Server, session: ServerSession) -> bool:
+        """Fetch the server's robots.txt; False while its rules are unknown."""
         robots_url = f"{server.scheme}://{server.host}/robots.txt"
         result = session.get(robots_url)
         self._record_fetch(result, UrlTask(robots_url, depth=0))
         now = time.monotonic()
-        if result.error is None and result.status is not None and result.status < 500:
-            if result.status == 200:
-                server.robots = RobotsRules.from_text(result.body.decode("utf-8", "replace"))
-            else:
-                server.robots = RobotsRules.allow_all()
-            delay = server.robots.crawl_delay(self.config.user_agent)
+        rules = RobotsRules.from_response(
+            result.status, result.body.decode("utf-8", "replace"), now, self.config.robots_retry_s
+        )
+        if not rules.is_unreachable:
+            server.robots = rules
+            delay = rules.crawl_delay(self.config.user_agent)
             if delay:
                 server.controller.set_floor_delay(delay)
             return True
-        # 5xx or no answer: the rules are unknown, so nothing is fetched until they are; after
-        # as many tries as a URL gets, the server's URLs are recorded as failed.
+        # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
+        # after as many tries as a URL gets, the server's URLs are recorded as failed.
         server.robots_failures += 1
-        if server.robots_failures > self.config.max_retries:
+        if server.robots_failures > self._rate_config.max_retries:
             self._fail_queued(server, f"robots_unavailable: {result.error or result.status}")
         else:
-            server.paused_until = now + self.config.robots_retry_s
+            server.paused_until = rules.retry_at or now
         return False
 
     def _next_task(self, server: Server) -> UrlTask | None:
         with self._lock:
-            if self._stopping or not server.queue:
+            if self._stopping:
                 return None
-            task = server.queue[0]
-            if task.attempt == 1:
-                if self._budget <= 0:
-                    return None
+            task = server.next_task(time.monotonic(), new_allowed=self._budget > 0)
+            if task is not None and task.attempt == 1:
                 self._budget -= 1
-            return server.queue.popleft()
+            return task
 
-    def _requeue(self, server: Server, task: UrlTask, refund: bool) -> None:
+    def _put_back(self, server: Server, task: UrlTask) -> None:
         with self._lock:
-            server.queue.appendleft(task)
-            if refund and task.attempt == 1:
+            server.put_back(task)
+            if task.attempt == 1:
                 self._budget += 1
 
     def _fetch(self, server: Server, session: ServerSession, task: UrlTask) -> bool:
         """Fetch one URL; False when the connection should end (the server pushed back)."""
         started = time.monotonic()
-        server.controller.on_request_start(started)
+        with self._lock:
+            server.controller.on_request_start(started)
         result = session.get(task.url)
         now = time.monotonic()
         retry_after = parse_retry_after(
-            result.headers.get("retry-after"), time.time(), self.config.retry_after_max_s
+            result.headers.get("retry-after"), time.time(), self._rate_config.retry_after_max_s
         )
-        server.controller.on_response(
-            now, result.rtt_s or (now - started), result.status, retry_after
-        )
+        with self._lock:
+            server.controller.on_response(
+                now, result.rtt_s or (now - started), result.status, retry_after
+            )
+            self._touched.add(server.host)
         retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
         if retry_in is None and is_retryable(result.status, result.error):
             # The last try of a URL that kept failing: the row says it was given up.
             result.error = f"gave_up: {result.error or result.status} after {task.attempt} tries"
         self._record_fetch(result, task)
         if retry_in is not None:
-            server.paused_until = max(server.paused_until, now + retry_in)
-            self._requeue(server, UrlTask(task.url, task.depth, task.attempt + 1), refund=False)
+            # The URL waits; the server's own pause (Retry-After, a run of failures) is the
+            # rate controller's business.
+            with self._lock:
+                server.retry_later(UrlTask(task.url, task.depth, task.attempt + 1), now + retry_in)
             return False
         with self._lock:
             self.counters["urls_done"] += 1

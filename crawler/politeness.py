@@ -6,8 +6,8 @@ caller seeds, so the node loop stays reproducible and the unit tests need no clo
 
 from __future__ import annotations
 
-import math
 import random
+import re
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -22,6 +22,10 @@ BAN_STATUSES = frozenset({429, 503})
 # Error classes (the part of `FetchResult.error` before ":") worth another try: the request may
 # well succeed later. Invalid URLs, redirect loops and oversized bodies will fail the same way.
 RETRY_ERRORS = frozenset({"connect_timeout", "read_timeout", "connection_error"})
+
+# delay-seconds is a non-negative integer (RFC 9110); a fraction is tolerated, nothing else
+# (no sign, exponent, "nan" or digit separators).
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 # RFC 9309 asks crawlers to parse at least 500 KiB of a robots.txt; past that, we stop reading.
 ROBOTS_MAX_CHARS = 500 * 1024
@@ -40,15 +44,8 @@ def parse_retry_after(value: str | None, now_wall: float, max_s: float) -> float
     text = value.strip()
     if not text:
         return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = None
-    if seconds is not None:
-        # float() also accepts "nan", "inf" and negatives; none of them is a delay.
-        if not math.isfinite(seconds) or seconds < 0:
-            return None
-        return min(seconds, max_s)
+    if _SECONDS.fullmatch(text):
+        return min(float(text), max_s)
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

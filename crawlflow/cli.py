@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="A workflow-orchestrated batch web crawler: Prefect flow, Ray nodes, Parquet output.",
 )
+
+
+class RateControlMode(StrEnum):
+    adaptive = "adaptive"
+    pid = "pid"
+    rtt = "rtt"
+    fixed = "fixed"
 
 
 class UserError(Exception):
@@ -51,12 +59,23 @@ def crawl(
     config: Annotated[
         Path | None, typer.Option("--config", help="TOML or JSON settings file.")
     ] = None,
+    rate_control: Annotated[
+        RateControlMode | None,
+        typer.Option(help="Per-server rate controller (default: adaptive, from the config)."),
+    ] = None,
+    target_ppm: Annotated[
+        float | None, typer.Option(min=0.001, help="Target pages/min per server (pid, fixed).")
+    ] = None,
 ) -> None:
     """Crawl from SEEDS through the Prefect flow `crawl` and print a summary."""
-    from crawler.config import load_config
+    from crawler.config import load_config, with_rate_control
     from crawler.seeds import resolve_scope
 
-    settings = load_config(config)
+    settings = with_rate_control(
+        load_config(config),
+        mode=None if rate_control is None else rate_control.value,
+        target_ppm=target_ppm,
+    )
     resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
     summary = _run_crawl_flow(
         seeds=seeds,
