@@ -44,6 +44,19 @@ def goal_instance(seed: int = 0) -> Instance:
     return Instance(tuple(node_type(s, 30) for s in SHAPES), tuple(random_tasks(rng, 200)))
 
 
+def correlated_instance(seed: int = 0) -> Instance:
+    """Like goal_instance, but each task's three demands scale with one size (a host group's
+    crawl rate), each jittered by up to 30%: bins then tend to be full in two dimensions at once,
+    which is harder to pack than independent demands."""
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(200):
+        size = rng.uniform(0.1, 1.0)
+        cpu, mem, bw = (size * unit * rng.uniform(0.7, 1.3) for unit in (2.0, 6.0, 300.0))
+        tasks.append(Task(f"t{i:03d}", Resources(round(cpu, 2), round(mem, 2), round(bw, 1))))
+    return Instance(tuple(node_type(s, 30) for s in SHAPES), tuple(tasks))
+
+
 def random_instance(rng: random.Random) -> Instance:
     """A small random instance: 10-40 tasks, 1-3 of the shapes, reservation caps that bind."""
     shapes = rng.sample(SHAPES, rng.randint(1, 3))

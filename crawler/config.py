@@ -39,6 +39,9 @@ class CrawlConfig(BaseModel):
     )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
+    resume_quiet_s: float = Field(
+        5.0, ge=0, description="a resumed crawl waits until its directory is this long unchanged"
+    )
     rate_control: dict[str, Any] = Field(
         default_factory=dict, description="RateControlConfig keys: mode, target_ppm, retries..."
     )

@@ -24,6 +24,7 @@ class NodeHandle(Protocol):
     def status(self) -> dict[str, Any]: ...
     def grant(self, pages: int) -> None: ...
     def reclaim(self) -> int: ...
+    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None: ...
 
 
 @dataclass
@@ -51,8 +52,30 @@ class Coordinator:
 
     def seed(self, urls: list[str]) -> None:
         self._route([(url, 0) for url in urls])
+        self._grant_initial_budget()
+
+    def resume(
+        self, pending: dict[str, tuple[int, int]], done: set[str], budget_spent: int
+    ) -> None:
+        """Start from a checkpoint instead of the seeds: each node gets the done and pending
+        URLs of its servers; the page budget left is what the first run did not use."""
+        pending_by_node: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+        done_by_node: dict[str, list[str]] = defaultdict(list)
+        for url, (depth, attempt) in pending.items():
+            pending_by_node[self.owner[host_key(url)]].append((url, depth, attempt))
+        for url in done:
+            node_id = self.owner.get(host_key(url))
+            if node_id is not None:
+                done_by_node[node_id].append(url)
+        for node_id, node in self.nodes.items():
+            node.restore(pending_by_node[node_id], done_by_node[node_id])
         if self.max_pages is not None:
-            share = max(1, self.max_pages // len(self.nodes))
+            self.unassigned_budget = max(0, self.max_pages - budget_spent)
+        self._grant_initial_budget()
+
+    def _grant_initial_budget(self) -> None:
+        if self.max_pages is not None:
+            share = max(1, self.unassigned_budget // len(self.nodes))
             for node in self.nodes.values():
                 self._grant(node, share)
 

@@ -99,6 +99,14 @@ class Frontier:
         server.queue.append(task)
         self._turns.setdefault(host, None)
 
+    def push_retry(self, host: str, task: UrlTask, scheme: str) -> None:
+        """Queue a URL that was tried before (a resumed crawl's unfinished retries)."""
+        server = self.servers[host]
+        if not server.pending() and not server.robots:
+            server.scheme = scheme
+        server.retry_later(task, 0.0)
+        self._turns.setdefault(host, None)
+
     def queued(self) -> int:
         return sum(self.servers[h].pending() for h in self._turns)
 

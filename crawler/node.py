@@ -20,12 +20,12 @@ from crawler.addresses import AddressGuard, AddressRefused
 from crawler.config import CrawlConfig
 from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
-from crawler.links import parse_html
+from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.ratecontrol import make_host_controller, make_retry_policy
 from crawler.urls import BadUrl, Scope, canonical_url, host_key
-from storage.schema import FETCHES, METRICS, PAGES
-from storage.writer import ParquetDatasetWriter
+from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
+from storage.writer import CommitGroupWriter, ParquetDatasetWriter
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 # A worker holding a server sleeps until its next request only if that is this close; a longer
@@ -67,20 +67,22 @@ class CrawlerNode:
         self._touched: set[str] = set()  # servers that answered since the last metrics tick
         self.counters = {"fetches": 0, "pages": 0, "urls_done": 0, "activity": 0}
         crawl_dir = Path(out_dir) / crawl_id
-        self._fetches = self._writer(crawl_dir, "fetches", FETCHES)
-        self._pages = self._writer(crawl_dir, "pages", PAGES)
-        self._metrics = self._writer(crawl_dir, "metrics", METRICS)
+        # Fetches last: a batch counts once its fetches file exists (see CommitGroupWriter).
+        self._output = CommitGroupWriter(
+            {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
+            prefix=node_id,
+            batch_rows=config.write_batch_rows,
+            interval_s=config.write_interval_s,
+        )
+        self._metrics = ParquetDatasetWriter(
+            crawl_dir / "metrics",
+            METRICS,
+            prefix=node_id,
+            batch_rows=config.write_batch_rows,
+            interval_s=config.write_interval_s,
+        )
         for host in hosts:
             self._add_server(host)
-
-    def _writer(self, crawl_dir: Path, name: str, schema: Any) -> ParquetDatasetWriter:
-        return ParquetDatasetWriter(
-            crawl_dir / name,
-            schema,
-            prefix=self.node_id,
-            batch_rows=self.config.write_batch_rows,
-            interval_s=self.config.write_interval_s,
-        )
 
     def _add_server(self, host: str) -> None:
         controller = make_host_controller(self._rate_config, time.monotonic())
@@ -108,6 +110,22 @@ class CrawlerNode:
                 self.counters["activity"] += 1
                 self._lock.notify_all()
         return added
+
+    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
+        """Resume from a checkpoint: `done` URLs are never fetched again, `pending` ones
+        (url, depth, attempt of the next try) are queued; retries go first."""
+        with self._lock:
+            self._seen.update(done)
+            for url, depth, attempt in pending:
+                self._seen.add(url)
+                host = host_key(url)
+                task = UrlTask(url, depth, attempt)
+                if attempt == 1:
+                    self._frontier.push(host, task, scheme=urlsplit(url).scheme)
+                else:
+                    self._frontier.push_retry(host, task, scheme=urlsplit(url).scheme)
+            self.counters["activity"] += 1
+            self._lock.notify_all()
 
     def grant(self, pages: int) -> None:
         """Allow this node to start `pages` more URLs (the driver enforces --max-pages)."""
@@ -161,8 +179,8 @@ class CrawlerNode:
         for worker in self._workers:
             worker.join()
         self._write_metrics()
-        for writer in (self._fetches, self._pages, self._metrics):
-            writer.flush()
+        self._output.flush()
+        self._metrics.flush()
         for session in self._sessions.values():
             session.close()
         return self.status()
@@ -341,85 +359,107 @@ class CrawlerNode:
         if retry_in is None and is_retryable(result.status, result.error):
             # The last try of a URL that kept failing: the row says it was given up.
             result.error = f"gave_up: {result.error or result.status} after {task.attempt} tries"
-        self._record_fetch(result, task)
         if retry_in is not None:
+            self._record_fetch(result, task)
             # The URL waits; the server's own pause (Retry-After, a run of failures) is the
             # rate controller's business.
             with self._lock:
                 server.retry_later(UrlTask(task.url, task.depth, task.attempt + 1), now + retry_in)
             return False
-        with self._lock:
-            self.counters["urls_done"] += 1
+        page_row: dict[str, Any] | None = None
+        discovered: list[tuple[str, int]] = []
         if result.status is not None and 300 <= result.status < 400:
             location = result.headers.get("location")
             if location:
-                self._discover([location], task.url, task.depth)
+                discovered = self._discover([location], task.url, task.depth)
         elif result.status == 200 and result.error is None and result.mime_type in HTML_TYPES:
-            self._store_page(result, task)
+            parsed = parse_html(result.body, result.url, result.charset)
+            page_row = self._page_row(result, task, parsed)
+            discovered = self._discover(parsed.links, result.url, task.depth + 1)
+        self._record_fetch(result, task, page_row, discovered)
+        with self._lock:
+            self.counters["urls_done"] += 1
+            self.counters["pages"] += page_row is not None
         return result.headers.get("connection", "").lower() != "close"
 
-    def _store_page(self, result: FetchResult, task: UrlTask) -> None:
-        parsed = parse_html(result.body, result.url, result.charset)
-        self._pages.write(
-            {
-                "crawl_id": self.crawl_id,
-                "url": result.url,
-                "url_host_name": host_key(result.url),
-                "fetch_time": datetime.now(UTC),
-                "content_digest": result.digest,
-                "content_length": len(result.body),
-                "title": parsed.title,
-                "outlink_count": len(parsed.links),
-                "depth": task.depth,
-                "node_id": self.node_id,
-                "content": result.body.decode(result.charset or "utf-8", "replace"),
-            }
-        )
-        with self._lock:
-            self.counters["pages"] += 1
-        self._discover(parsed.links, result.url, task.depth + 1)
+    def _page_row(self, result: FetchResult, task: UrlTask, parsed: ParsedPage) -> dict[str, Any]:
+        return {
+            "crawl_id": self.crawl_id,
+            "url": result.url,
+            "url_host_name": host_key(result.url),
+            "fetch_time": datetime.now(UTC),
+            "content_digest": result.digest,
+            "content_length": len(result.body),
+            "title": parsed.title,
+            "outlink_count": len(parsed.links),
+            "depth": task.depth,
+            "node_id": self.node_id,
+            "content": result.body.decode(result.charset or "utf-8", "replace"),
+        }
 
-    def _discover(self, links: Iterable[str], source_url: str, depth: int) -> None:
+    def _discover(self, links: Iterable[str], source_url: str, depth: int) -> list[tuple[str, int]]:
+        """Queue the in-scope links this node has not seen (its own servers' URLs here, others'
+        in the outbox); returns them, for the discovered-URL log a resumed crawl reads."""
         if self.max_depth is not None and depth > self.max_depth:
-            return
-        local: list[tuple[str, int]] = []
+            return []
+        new: list[tuple[str, int]] = []
         with self._lock:
             for link in links:
                 try:
                     url = canonical_url(urljoin(source_url, link))
                 except BadUrl:
                     continue
-                if url not in self.scope:
+                if url in self._seen or url not in self.scope:
                     continue
-                if host_key(url) in self._frontier.servers:
-                    local.append((url, depth))
-                elif url not in self._seen:
-                    # Remembered so this node sends each foreign URL to its owner only once.
-                    self._seen.add(url)
+                # Foreign URLs are remembered too, so each is sent to its owner only once.
+                self._seen.add(url)
+                new.append((url, depth))
+                host = host_key(url)
+                if host in self._frontier.servers:
+                    self._frontier.push(host, UrlTask(url, depth), scheme=urlsplit(url).scheme)
+                else:
                     self._outbox.append((url, depth))
-        if local:
-            self.add_urls(local)
+            if new:
+                self.counters["activity"] += 1
+                self._lock.notify_all()
+        return new
 
-    def _record_fetch(self, result: FetchResult, task: UrlTask) -> None:
-        parts = urlsplit(result.url)
-        self._fetches.write(
+    def _record_fetch(
+        self,
+        result: FetchResult,
+        task: UrlTask,
+        page_row: dict[str, Any] | None = None,
+        discovered: list[tuple[str, int]] | None = None,
+    ) -> None:
+        """Write one attempt's rows; a fetch, its page and the links found on it always land in
+        the same batch, so a crash never keeps a page while losing its links."""
+        fetch_row = {
+            "crawl_id": self.crawl_id,
+            "url": result.url,
+            "url_host_name": host_key(result.url),
+            "url_path": urlsplit(result.url).path,
+            "fetch_time": datetime.now(UTC),
+            "fetch_status": result.status,
+            "fetch_redirect": result.headers.get("location"),
+            "error": result.error,
+            "content_mime_type": result.mime_type,
+            "content_charset": result.charset,
+            "content_length": len(result.body) if result.status is not None else None,
+            "content_digest": result.digest,
+            "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
+            "node_id": self.node_id,
+            "depth": task.depth,
+            "attempt": task.attempt,
+        }
+        discovered_rows = [
+            {"crawl_id": self.crawl_id, "url": url, "depth": depth, "node_id": self.node_id}
+            for url, depth in discovered or []
+        ]
+        self._output.record(
             {
-                "crawl_id": self.crawl_id,
-                "url": result.url,
-                "url_host_name": host_key(result.url),
-                "url_path": parts.path,
-                "fetch_time": datetime.now(UTC),
-                "fetch_status": result.status,
-                "fetch_redirect": result.headers.get("location"),
-                "error": result.error,
-                "content_mime_type": result.mime_type,
-                "content_charset": result.charset,
-                "content_length": len(result.body) if result.status is not None else None,
-                "content_digest": result.digest,
-                "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
-                "node_id": self.node_id,
-                "depth": task.depth,
-                "attempt": task.attempt,
+                "discovered": discovered_rows,
+                "pages": [] if page_row is None else [page_row],
+                "fetches": [fetch_row],
             }
         )
         with self._lock:

@@ -51,6 +51,11 @@ TRACE_FIELDS = (
 PID_MIN_ACTIVE_SHARE = 0.5
 # The adaptive controller trusts an RTT band only when it was built from this many samples.
 BAND_MIN_SAMPLES = 8
+# The adaptive controller takes the rate served between two bans as the host's limit when at
+# least this many pages came in between and the host was left idle (no URL queued, the node
+# late) for at most this share of the time; idle time lets a token bucket refill unseen.
+SERVED_MIN_PAGES = 8
+SERVED_MAX_IDLE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class RateControlConfig:
     # Adaptive controller.
     slow_start_doubling_s: float = 0.5  # before the first ban the rate doubles this often
     ban_target_share: float = 0.92  # settle at this share of the rate that drew the last ban
+    served_target_share: float = 0.97  # ...or of the rate served between the last two bans
     ban_backoff: float = 0.5  # rate multiplier on a ban
     approach_gain: float = 0.05  # share of the gap to the target closed per clean response
     probe_every: int = 200  # clean responses at the target before probing above it
@@ -136,6 +142,7 @@ class RateControlConfig:
             ),
             (self.slow_start_doubling_s > 0, "slow_start_doubling_s must be > 0"),
             (0 < self.ban_target_share <= 1, "ban_target_share must be in (0, 1]"),
+            (0 < self.served_target_share <= 1, "served_target_share must be in (0, 1]"),
             (0 < self.ban_backoff < 1, "ban_backoff must be in (0, 1)"),
             (0 < self.approach_gain <= 1, "approach_gain must be in (0, 1]"),
             (self.probe_every >= 1 and self.probe_step > 0, "need probe_every >= 1, step > 0"),
@@ -615,12 +622,16 @@ class AdaptiveRateController(_PacedController):
     def __init__(self, config: RateControlConfig, now: float) -> None:
         super().__init__(config, now)
         self.rate = 1.0 / config.initial_delay_s
-        self.ban_rate: float | None = None  # W
+        self.target: float | None = None  # requests/s to settle at; None in slow start
         # Whether the rate held at the target for `probe_every` clean responses since the
-        # last ban, i.e. the estimate W has been confirmed by experience.
+        # last ban, i.e. the target has been confirmed by experience.
         self._held = False
         self._last_ban_at: float | None = None
         self._pages_since_ban = 0
+        # Seconds since the last ban that the host could have been sent a request and was not
+        # (no URL queued, the node busy elsewhere), and when the current such wait began.
+        self._idle_since_ban = 0.0
+        self._ready_at: float | None = None
         self._rate_at_start = self.rate
         self._clean_streak = 0
         self._probe = config.probe_step
@@ -638,24 +649,50 @@ class AdaptiveRateController(_PacedController):
         self.rate = min(self._max_rate(), max(1.0 / self.config.max_delay_s, rate))
 
     def on_request_start(self, now: float) -> None:
+        if self._ready_at is not None:
+            self._idle_since_ban += max(0.0, now - self._ready_at)
+            self._ready_at = None
         super().on_request_start(now)
         # The rate the server sees: our pacing, or the fetch time when that is longer.
         self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
 
+    def on_response(
+        self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
+    ) -> None:
+        super().on_response(now, rtt_s, status, retry_after_s)
+        # From here until the next start, waiting beyond our own pacing (and pauses) is idle.
+        self._ready_at = max(now, self.earliest_next())
+
+    def _target_after_ban(self, now: float) -> float:
+        """The rate to settle at after a ban (see the class notes)."""
+        cfg = self.config
+        banned_at = self._rate_at_start
+        if self._held:
+            return cfg.ban_target_share * banned_at
+        halfway = banned_at * (1.0 + cfg.ban_backoff) / 2.0
+        if self._last_ban_at is None or self._pages_since_ban < SERVED_MIN_PAGES:
+            return cfg.ban_target_share * halfway
+        elapsed = now - self._last_ban_at
+        served = min(banned_at, self._pages_since_ban / elapsed)
+        if self._idle_since_ban <= SERVED_MAX_IDLE_SHARE * elapsed:
+            return cfg.served_target_share * served
+        return cfg.ban_target_share * max(halfway, served)
+
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
         cfg = self.config
         if outcome is Outcome.BAN:
-            banned_at = self._rate_at_start
-            if not self._held:
-                banned_at *= (1.0 + cfg.ban_backoff) / 2.0
-                if self._last_ban_at is not None and now > self._last_ban_at:
-                    served = self._pages_since_ban / (now - self._last_ban_at)
-                    banned_at = max(banned_at, min(served, self._rate_at_start))
-            self.ban_rate = banned_at
+            # Slow start runs past a token bucket's rate until the burst is spent, by a factor
+            # of 2**(burst seconds / doubling time): its end backs off twice as far.
+            backoff = cfg.ban_backoff if self.target is not None else cfg.ban_backoff**2
+            self.target = self._target_after_ban(now)
             self._held = False
             self._last_ban_at = now
             self._pages_since_ban = 0
-            self._set_rate(min(self.rate, self._rate_at_start) * cfg.ban_backoff)
+            self._idle_since_ban = 0.0
+            # Never above the new target: when the served rate showed that the limit is below
+            # half the banned rate, halving alone would still be too fast.
+            backed_off = min(self.rate, self._rate_at_start) * backoff
+            self._set_rate(min(backed_off, self.target))
             self._clean_streak = 0
             self._probe = cfg.probe_step
             return
@@ -666,17 +703,16 @@ class AdaptiveRateController(_PacedController):
             self._next_rtt_cut = now + cfg.rtt_interval_s
             self._set_rate(self.rate * cfg.rtt_slowdown)
             return
-        if self.ban_rate is None:
+        if self.target is None:
             self._set_rate(self.rate * 2.0 ** (self.current_delay() / cfg.slow_start_doubling_s))
             return
-        target = cfg.ban_target_share * self.ban_rate
-        if self.rate < target:
-            self._set_rate(self.rate + (target - self.rate) * cfg.approach_gain)
+        if self.rate < self.target:
+            self._set_rate(self.rate + (self.target - self.rate) * cfg.approach_gain)
         self._clean_streak += 1
         if self._clean_streak >= cfg.probe_every:
             self._clean_streak = 0
             self._held = True
-            self.ban_rate *= 1.0 + self._probe
+            self.target *= 1.0 + self._probe
             self._probe = min(1.0, 2.0 * self._probe)
 
     def _rtt_inflated(self, now: float) -> bool:
@@ -691,9 +727,7 @@ class AdaptiveRateController(_PacedController):
         )
 
     def target_ppm(self) -> float | None:
-        if self.ban_rate is None:
-            return None
-        return 60.0 * self.config.ban_target_share * self.ban_rate
+        return None if self.target is None else 60.0 * self.target
 
 
 def make_host_controller(config: RateControlConfig, now: float) -> HostRateController:

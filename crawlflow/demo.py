@@ -18,8 +18,10 @@ from storage.views import connect
 def coverage(crawl_dir: Path, expected: set[str]) -> dict[str, Any]:
     """Compare the successfully fetched URLs of a crawl with the URLs it should have fetched."""
     con = connect(crawl_dir)
+    # robots.txt is not a page: each run of a crawl (a resumed one too) reads it afresh.
     rows = con.execute(
-        "SELECT url, count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299 GROUP BY url"
+        "SELECT url, count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299 "
+        "AND url_path <> '/robots.txt' GROUP BY url"
     ).fetchall()
     fetched = {url for url, _ in rows}
     return {

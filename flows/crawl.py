@@ -14,6 +14,7 @@ from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes
 from tasks.plan import plan_crawl
 from tasks.report import report_crawl
+from tasks.resume import read_checkpoint
 
 
 def new_crawl_id() -> str:
@@ -33,16 +34,18 @@ def crawl(
     config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Crawl from `seeds` within the seed servers plus `allow`, writing Parquet to
-    `out_dir/<crawl_id>/`. Returns the crawl summary."""
+    `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
+    run stopped. Returns the crawl summary."""
     crawl_id = crawl_id or new_crawl_id()
     settings = config_from_dict(config or {})
     scope = plan_crawl(seeds, allow or [], allow_private)
+    checkpoint = read_checkpoint(out_dir, crawl_id, scope.seeds, settings.resume_quiet_s)
     assignment = allocate_hosts(scope, nodes)
     fleet = launch_nodes(
         crawl_id, out_dir, settings, assignment, scope.hosts, allow_private, max_depth, max_pages
     )
     try:
-        drive_crawl(fleet, scope.seeds, max_pages)
+        drive_crawl(fleet, scope.seeds, max_pages, checkpoint)
     finally:
         close_nodes(fleet)
     return report_crawl(out_dir, crawl_id)

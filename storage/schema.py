@@ -59,4 +59,22 @@ METRICS = pa.schema(
     ]
 )
 
-DATASETS: dict[str, pa.Schema] = {"fetches": FETCHES, "pages": PAGES, "metrics": METRICS}
+# URLs a node discovered (in scope, new to it) and the depth they were found at: with the
+# fetches, the checkpoint a resumed crawl rebuilds its frontier from.
+DISCOVERED = pa.schema(
+    [
+        ("crawl_id", pa.string()),
+        ("url", pa.string()),
+        ("depth", pa.int32()),
+        ("node_id", pa.string()),
+    ]
+)
+
+DATASETS: dict[str, pa.Schema] = {
+    "fetches": FETCHES,
+    "pages": PAGES,
+    "metrics": METRICS,
+    "discovered": DISCOVERED,
+}
+# Written in step by each node, in this order; the last one's file commits a batch.
+COMMITTED_DATASETS = ("discovered", "pages", "fetches")

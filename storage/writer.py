@@ -1,6 +1,6 @@
 """Buffered, crash-safe Parquet writers.
 
-Rows are buffered and written as whole files: a file is written under a temporary name and
+Rows are buffered and written as whole files: each file is written under a temporary name and
 renamed into place, so a reader (or a resumed crawl) never sees a half-written file, whatever
 moment the process dies at.
 """
@@ -16,6 +16,29 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+FileName = str
+
+
+def write_atomically(table: pa.Table, final: Path) -> None:
+    temporary = final.with_suffix(".parquet.tmp")
+    pq.write_table(table, temporary, compression="zstd")
+    os.replace(temporary, final)
+
+
+def batch_file_name(prefix: str, sequence: int) -> FileName:
+    return f"{prefix}-{sequence:06d}.parquet"
+
+
+def next_free_sequence(directories: list[Path], prefix: str) -> int:
+    """The batch number after the last one a predecessor with this prefix left."""
+    taken = [
+        int(path.stem.rsplit("-", 1)[1])
+        for directory in directories
+        for path in directory.glob(f"{prefix}-*.parquet")
+        if path.stem.rsplit("-", 1)[1].isdigit()
+    ]
+    return max(taken, default=0) + 1
+
 
 class ParquetDatasetWriter:
     """Appends rows to `directory` as numbered `<prefix>-<n>.parquet` files (zstd)."""
@@ -28,32 +51,57 @@ class ParquetDatasetWriter:
         batch_rows: int,
         interval_s: float,
     ) -> None:
-        self.directory = directory
-        self.schema = schema
+        self._group = CommitGroupWriter(
+            {directory.name: (directory, schema)}, prefix, batch_rows, interval_s
+        )
+        self._name = directory.name
+
+    @property
+    def rows_written(self) -> int:
+        return self._group.rows_written
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._group.record({self._name: [row]})
+
+    def flush(self) -> None:
+        self._group.flush()
+
+
+class CommitGroupWriter:
+    """Several datasets written in step: one batch number for all, files renamed into place in
+    the given order, so the LAST dataset's file commits the batch.
+
+    A crash between renames leaves earlier datasets' files of a batch without the last one;
+    `discard_uncommitted` removes them before a resumed crawl reads its checkpoint. Rows that
+    belong together (a fetch, its page, the links found on it) are given in one `record` call
+    and so always land in the same batch.
+    """
+
+    def __init__(
+        self,
+        datasets: dict[str, tuple[Path, pa.Schema]],
+        prefix: str,
+        batch_rows: int,
+        interval_s: float,
+    ) -> None:
+        self.datasets = datasets
         self.prefix = prefix
         self.batch_rows = batch_rows
         self.interval_s = interval_s
         self.rows_written = 0
-        self._rows: list[dict[str, Any]] = []
+        self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in datasets}
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
-        directory.mkdir(parents=True, exist_ok=True)
-        self._sequence = self._next_free_sequence()
+        for directory, _ in datasets.values():
+            directory.mkdir(parents=True, exist_ok=True)
+        self._sequence = next_free_sequence([d for d, _ in datasets.values()], prefix)
 
-    def _next_free_sequence(self) -> int:
-        # A resumed node continues numbering after the files its predecessor left.
-        taken = [
-            int(p.stem.rsplit("-", 1)[1])
-            for p in self.directory.glob(f"{self.prefix}-*.parquet")
-            if p.stem.rsplit("-", 1)[1].isdigit()
-        ]
-        return max(taken, default=0) + 1
-
-    def write(self, row: dict[str, Any]) -> None:
+    def record(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         with self._lock:
-            self._rows.append(row)
+            for name, dataset_rows in rows.items():
+                self._rows[name].extend(dataset_rows)
             due = (
-                len(self._rows) >= self.batch_rows
+                max(len(buffered) for buffered in self._rows.values()) >= self.batch_rows
                 or time.monotonic() - self._last_flush >= self.interval_s
             )
             if due:
@@ -65,13 +113,29 @@ class ParquetDatasetWriter:
 
     def _flush_locked(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._rows:
+        if not any(self._rows.values()):
             return
-        table = pa.Table.from_pylist(self._rows, schema=self.schema)
-        final = self.directory / f"{self.prefix}-{self._sequence:06d}.parquet"
-        temporary = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, temporary, compression="zstd")
-        os.replace(temporary, final)
+        name = batch_file_name(self.prefix, self._sequence)
+        for dataset, (directory, schema) in self.datasets.items():
+            rows = self._rows[dataset]
+            if rows:
+                write_atomically(pa.Table.from_pylist(rows, schema=schema), directory / name)
+                self.rows_written += len(rows)
+                self._rows[dataset] = []
         self._sequence += 1
-        self.rows_written += len(self._rows)
-        self._rows = []
+
+
+def discard_uncommitted(datasets: list[Path], commit_dataset: Path) -> list[Path]:
+    """Delete temporary files, and batch files whose commit file (same name in
+    `commit_dataset`) was never written: the crash hit that batch half-way."""
+    removed = []
+    for directory in [*datasets, commit_dataset]:
+        for temporary in directory.glob("*.tmp"):
+            temporary.unlink()
+            removed.append(temporary)
+    for directory in datasets:
+        for path in directory.glob("*.parquet"):
+            if not (commit_dataset / path.name).exists():
+                path.unlink()
+                removed.append(path)
+    return removed

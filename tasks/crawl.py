@@ -7,14 +7,20 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from crawler.coordinator import Coordinator, Progress
+from storage.checkpoint import Checkpoint
 from tasks.launch import Fleet
 
 
 @task(name="crawl", cache_policy=NO_CACHE)
-def drive_crawl(fleet: Fleet, seeds: list[str], max_pages: int | None) -> Progress:
+def drive_crawl(
+    fleet: Fleet, seeds: list[str], max_pages: int | None, checkpoint: Checkpoint
+) -> Progress:
     logger = get_run_logger()
     coordinator = Coordinator(fleet.nodes, fleet.owner, max_pages)
-    coordinator.seed(seeds)
+    if checkpoint.empty:
+        coordinator.seed(seeds)
+    else:
+        coordinator.resume(checkpoint.pending, checkpoint.done, checkpoint.budget_spent)
     artifact_id = create_progress_artifact(
         progress=0.0, key="crawl-progress", description="URLs done / URLs known"
     )

@@ -36,6 +36,9 @@ class RayNode:
     def reclaim(self) -> int:
         return ray.get(self.actor.reclaim.remote())
 
+    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
+        ray.get(self.actor.restore.remote(pending, done))
+
 
 @dataclass
 class Fleet:

@@ -561,7 +561,7 @@ def test_adaptive_honours_retry_after() -> None:
     controller.on_request_start(0.0)
     controller.on_response(0.01, 0.01, 503, 2.0)
     assert controller.earliest_next() >= 2.01
-    assert controller.ban_rate is not None
+    assert controller.target is not None
 
 
 def test_adaptive_slow_start_ignores_idle_time() -> None:

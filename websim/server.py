@@ -242,8 +242,8 @@ class _Connection(asyncio.Protocol):
 
         if path == "/robots.txt":  # exempt from the rate limit: a crawler must be able to ask
             body = self.sim.renderer.robots(host.index)
-            status, ctype = (200, _TEXT) if body is not None else (404, _TEXT)
-            response = _response(status, ctype, body or b"", head_only, remaining, close=close)
+            status = 200 if body is not None else 404
+            response = _response(status, _TEXT, body or b"", head_only, remaining, close=close)
             return self._log(method, target, status, response, close, self.sim.latency(host))
 
         wait = host.take_token()
@@ -276,6 +276,7 @@ class _Connection(asyncio.Protocol):
         close: bool,
         delay: float = 0.0,
     ) -> tuple[bytes, float, bool]:
+        """Record the request (at its arrival) in the log; pass the answer through."""
         self.sim.log.append((self.host.name, target, status, time.time(), method, self.id))
         return response, delay, close
 

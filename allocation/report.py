@@ -1,0 +1,131 @@
+"""``crawlflow plan``: first fit, first-fit-decreasing and the MILP side by side."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from allocation.first_fit import first_fit, first_fit_decreasing
+from allocation.milp import MilpResult, solve_milp
+from allocation.model import DIMENSIONS, Instance, Plan, load_instance
+
+# Time limit of the MILP in `crawlflow plan`.
+PLAN_TIME_LIMIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    instance: Instance
+    first_fit: Plan
+    ffd: Plan
+    milp: MilpResult
+
+    def plans(self) -> dict[str, Plan]:
+        """Plans by solver name, in the order they are shown."""
+        return {"first_fit": self.first_fit, "ffd": self.ffd, "milp": self.milp.plan}
+
+    def gap_to_milp(self, plan: Plan) -> float:
+        """How much dearer than the MILP's plan, relative to it (0 when the same cost)."""
+        best = self.milp.plan.total_cost
+        return (plan.total_cost - best) / best if best > 0 else 0.0
+
+
+def compare(instance: Instance, time_limit_s: float = PLAN_TIME_LIMIT_S) -> Comparison:
+    return Comparison(instance, first_fit(instance), first_fit_decreasing(instance),
+                      solve_milp(instance, time_limit_s))
+
+
+def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    """``{"plans": {"first_fit": PLAN, "ffd": PLAN, "milp": PLAN + status and gap}}``."""
+    plans = {name: plan.to_json() for name, plan in comparison.plans().items()}
+    plans["milp"]["status"] = comparison.milp.status
+    plans["milp"]["gap"] = comparison.milp.gap
+    return {"plans": plans}
+
+
+def plans_table_rows(comparison: Comparison) -> list[dict[str, Any]]:
+    """One flat row per solver, for Parquet or a Prefect table artifact."""
+    rows = []
+    for name, plan in comparison.plans().items():
+        counts = plan.node_counts()
+        utilization = plan.utilization()
+        is_milp = name == "milp"
+        rows.append({
+            "solver": name,
+            "total_cost": plan.total_cost,
+            "reserved_cost": plan.reserved_cost,
+            "usage_cost": plan.usage_cost,
+            "surcharge_cost": plan.surcharge_cost,
+            "reserved_nodes": sum(n for (_, kind), n in counts.items() if kind == "reserved"),
+            "surcharge_nodes": sum(n for (_, kind), n in counts.items() if kind == "surcharge"),
+            "nodes_by_type": _nodes_by_type(plan),
+            **{f"utilization_{dim}": getattr(utilization, dim) for dim in DIMENSIONS},
+            "solve_seconds": plan.solve_seconds,
+            "gap_to_milp": comparison.gap_to_milp(plan),
+            "milp_status": comparison.milp.status if is_milp else None,
+            "milp_gap": comparison.milp.gap if is_milp else None,
+        })
+    return rows
+
+
+def render(comparison: Comparison, console: Console) -> None:
+    rows = plans_table_rows(comparison)
+    instance = comparison.instance
+    table = Table(title=f"Allocation of {len(instance.tasks)} tasks on "
+                        f"{len(instance.node_types)} node types")
+    table.add_column("", no_wrap=True)
+    for row in rows:
+        table.add_column(_TITLES[row["solver"]], justify="right")
+
+    def line(label: str, fmt: str, key: str) -> None:
+        table.add_row(label, *(fmt.format(row[key]) for row in rows))
+
+    line("total cost", "{:.2f}", "total_cost")
+    line("  reserved", "{:.2f}", "reserved_cost")
+    line("  usage", "{:.2f}", "usage_cost")
+    line("  surcharge", "{:.2f}", "surcharge_cost")
+    line("reserved nodes", "{}", "reserved_nodes")
+    line("surcharge nodes", "{}", "surcharge_nodes")
+    line("nodes by type", "{}", "nodes_by_type")
+    for dim, label in zip(DIMENSIONS, ("cpu", "memory", "bandwidth"), strict=True):
+        line(f"utilization {label}", "{:.1%}", f"utilization_{dim}")
+    line("solve time (s)", "{:.3f}", "solve_seconds")
+    line("gap to MILP", "{:+.2%}", "gap_to_milp")
+    console.print(table)
+    milp = comparison.milp
+    if milp.status == "optimal":
+        console.print("MILP: optimal (proven).")
+    else:
+        console.print(f"MILP: stopped on the time limit with a proven gap of {milp.gap:.2%}; "
+                      "gaps to it are to its best plan, not to the optimum.")
+
+
+def plan_command(instance_path: str, json_out: str | None) -> None:
+    """Load an instance, print the three plans side by side, and write them to ``json_out``.
+
+    Raises InstanceError for a bad instance file and SolverUnavailable if CBC cannot run.
+    """
+    comparison = compare(load_instance(instance_path))
+    render(comparison, Console())
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(comparison_json(comparison), indent=2) + "\n")
+
+
+_TITLES = {"first_fit": "first fit", "ffd": "first fit decr.", "milp": "MILP (CBC)"}
+
+
+def _nodes_by_type(plan: Plan) -> str:
+    """Like ``bal8 30r+1s, net4 4r``."""
+    counts = plan.node_counts()
+    parts = []
+    for nt in plan.instance.node_types:
+        kinds = [f"{counts[nt.name, kind]}{kind[0]}" for kind in ("reserved", "surcharge")
+                 if counts[nt.name, kind]]
+        if kinds:
+            parts.append(f"{nt.name} {'+'.join(kinds)}")
+    return ", ".join(parts) or "none"

@@ -1,0 +1,3 @@
+from crawlflow.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""Resume: rebuild a crawl's frontier from what it already wrote.
+
+The checkpoint is the output itself. `fetches` says which URLs are done (a final answer, or
+given up after their retries), `discovered` lists every URL the nodes found; the frontier to
+resume is discovered minus done. Both are written in committed batches (see
+`storage.writer.CommitGroupWriter`), so after `discard_uncommitted` they agree with `pages`:
+no page is kept whose links were lost, and no URL counts as done whose page was lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from crawler.politeness import is_retryable
+from storage.schema import COMMITTED_DATASETS
+from storage.writer import discard_uncommitted
+
+
+@dataclass
+class Checkpoint:
+    done: set[str] = field(default_factory=set)
+    # URL -> (depth, attempt of its next try)
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)
+    budget_spent: int = 0  # URLs that counted against --max-pages
+
+    @property
+    def empty(self) -> bool:
+        return not self.done and not self.pending
+
+
+def _final(status: int | None, error: str | None) -> bool:
+    if error is not None and error.startswith("gave_up"):
+        return True
+    return not is_retryable(status, error)
+
+
+def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
+    """Read a (possibly crashed) crawl's output: what is done, and what is left to fetch from
+    the discovered URLs and the seeds. Empty when the crawl has not started."""
+    *partial, commit = (crawl_dir / name for name in COMMITTED_DATASETS)
+    if not commit.is_dir():
+        return Checkpoint()
+    discard_uncommitted(partial, commit)
+    con = duckdb.connect()
+    checkpoint = Checkpoint()
+    attempts: dict[str, int] = {}
+    if any(commit.glob("*.parquet")):
+        rows = con.execute(
+            "SELECT url, fetch_status, error, attempt "
+            f"FROM read_parquet('{commit}/*.parquet') ORDER BY url, attempt"
+        ).fetchall()
+        for url, status, error, attempt in rows:
+            attempts[url] = max(attempts.get(url, 0), attempt)
+            if _final(status, error):
+                checkpoint.done.add(url)
+        # The same rule as the node's: first tries count, robots.txt and its refusals do not.
+        checkpoint.budget_spent = con.execute(
+            "SELECT count(DISTINCT url) FILTER (WHERE attempt = 1 AND url_path <> '/robots.txt' "
+            "AND coalesce(error, '') <> 'robots_disallowed') "
+            f"FROM read_parquet('{commit}/*.parquet')"
+        ).fetchall()[0][0]
+    discovered_dir = crawl_dir / "discovered"
+    if any(discovered_dir.glob("*.parquet")):
+        rows = con.execute(
+            f"SELECT url, min(depth) FROM read_parquet('{discovered_dir}/*.parquet') GROUP BY url"
+        ).fetchall()
+        for url, depth in rows:
+            if url not in checkpoint.done:
+                checkpoint.pending[url] = (depth, attempts.get(url, 0) + 1)
+    if not checkpoint.empty:
+        for seed in seeds:
+            if seed not in checkpoint.done:
+                checkpoint.pending.setdefault(seed, (0, attempts.get(seed, 0) + 1))
+    return checkpoint
+
+
+def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
+    """Wait until no file under `crawl_dir` has changed for `quiet_s` seconds.
+
+    When a flow process is killed, its Ray actors outlive it for a moment and may still
+    commit a batch; reading the checkpoint before they are gone would fetch those URLs twice.
+    Returns False if the directory was still changing after `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        newest = max((p.stat().st_mtime for p in crawl_dir.rglob("*")), default=0.0)
+        idle = time.time() - newest
+        if idle >= quiet_s:
+            return True
+        if time.monotonic() + (quiet_s - idle) > deadline:
+            return False
+        time.sleep(quiet_s - idle)

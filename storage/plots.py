@@ -1,0 +1,179 @@
+"""Pictures of a crawl: achieved request rate per host over time, against target and limit.
+
+The series come from the `metrics` view (the controllers' traces, one row per host per metrics
+tick); a crawl without metrics rows falls back to counting the `fetches` view per second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers and CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+# The node writes a tick's rows with one timestamp; a host row belongs to the window that ends
+# at its tick and starts at the node's previous tick. A node's first tick has no previous one:
+# its window is taken to be as long as the node's typical (median) window.
+METRICS_SQL = """
+WITH crawl AS (
+    SELECT crawl_id FROM metrics GROUP BY crawl_id ORDER BY max(time) DESC LIMIT 1
+),
+ticks AS (
+    SELECT DISTINCT node_id, time FROM metrics WHERE crawl_id = (SELECT crawl_id FROM crawl)
+),
+windows AS (
+    SELECT node_id, time,
+           epoch(time - lag(time) OVER (PARTITION BY node_id ORDER BY time)) AS length_s
+    FROM ticks
+),
+lengths AS (
+    SELECT node_id, time,
+           coalesce(length_s, median(length_s) OVER (PARTITION BY node_id)) AS length_s
+    FROM windows
+)
+SELECT m.host,
+       epoch(m.time - (SELECT min(time) FROM ticks)) AS t_s,
+       l.length_s,
+       max(m.value) FILTER (WHERE m.metric = 'pages')      AS pages,
+       max(m.value) FILTER (WHERE m.metric = 'bans')       AS bans,
+       max(m.value) FILTER (WHERE m.metric = 'target_ppm') AS target_ppm
+FROM metrics m JOIN lengths l USING (node_id, time)
+WHERE m.crawl_id = (SELECT crawl_id FROM crawl) AND m.host IS NOT NULL
+GROUP BY m.host, m.time, l.length_s
+ORDER BY m.host, t_s
+"""
+
+# Fallback: HTTP answers per host per whole second, robots.txt excluded (servers exempt it
+# from their limits). Seconds without answers are absent, as idle ticks are in `metrics`.
+FETCHES_SQL = """
+WITH crawl AS (
+    SELECT crawl_id FROM fetches GROUP BY crawl_id ORDER BY max(fetch_time) DESC LIMIT 1
+),
+answers AS (
+    SELECT url_host_name AS host, fetch_status, fetch_time FROM fetches
+    WHERE crawl_id = (SELECT crawl_id FROM crawl)
+      AND fetch_status IS NOT NULL AND url_path <> '/robots.txt'
+)
+SELECT host,
+       floor(epoch(fetch_time - (SELECT min(fetch_time) FROM answers))) + 1 AS t_s,
+       1.0 AS length_s,
+       count(*) FILTER (WHERE fetch_status NOT IN (429, 503)) AS pages,
+       count(*) FILTER (WHERE fetch_status IN (429, 503))     AS bans,
+       NULL AS target_ppm
+FROM answers
+GROUP BY host, t_s
+ORDER BY host, t_s
+"""
+
+
+@dataclass
+class HostRates:
+    """One host's windows: end time (s since the crawl's first tick), length, achieved rate,
+    bans and the controller's target rate."""
+
+    host: str
+    times_s: list[float] = field(default_factory=list)
+    lengths_s: list[float] = field(default_factory=list)
+    rate_rps: list[float] = field(default_factory=list)
+    bans: list[int] = field(default_factory=list)
+    target_rps: list[float | None] = field(default_factory=list)
+
+    @property
+    def pages(self) -> float:
+        return sum(r * w for r, w in zip(self.rate_rps, self.lengths_s, strict=True))
+
+
+def host_rates(con: duckdb.DuckDBPyConnection) -> dict[str, HostRates]:
+    """Achieved rate per host per window (pages answered / window length), with the window's
+    bans and the controller's target, for the latest crawl in the views."""
+    rows = con.execute(METRICS_SQL).fetchall()
+    if not rows:
+        rows = con.execute(FETCHES_SQL).fetchall()
+    series: dict[str, HostRates] = {}
+    for host, t_s, length_s, pages, bans, target_ppm in rows:
+        entry = series.setdefault(host, HostRates(host))
+        # A zero or unknown length only happens for a node with a single tick: one second is
+        # the default metrics interval.
+        length = length_s if length_s and length_s > 0 else 1.0
+        entry.times_s.append(float(t_s))
+        entry.lengths_s.append(length)
+        entry.rate_rps.append((pages or 0.0) / length)
+        entry.bans.append(int(bans or 0))
+        entry.target_rps.append(None if target_ppm is None else target_ppm / 60.0)
+    return series
+
+
+def _windows_xy(
+    s: HostRates, values: list[float], gap_value: float
+) -> tuple[list[float], list[float]]:
+    """A step line holding each window's value from its start to its end; between windows that
+    do not touch (ticks in which the host did not answer) it drops to `gap_value`."""
+    x: list[float] = []
+    y: list[float] = []
+    for end, length, value in zip(s.times_s, s.lengths_s, values, strict=True):
+        start = end - length
+        if x and start > x[-1] + 1e-6:
+            x += [x[-1], start]
+            y += [gap_value, gap_value]
+        x += [start, end]
+        y += [value, value]
+    return x, y
+
+
+def plot_host_rates(
+    con: duckdb.DuckDBPyConnection,
+    png_path: Path,
+    limits: dict[str, float] | None = None,
+    max_hosts: int = 12,
+) -> Path:
+    """Draw achieved rate per host over time (the `max_hosts` busiest hosts, one panel each)
+    with the controller's target, the host's limit when `limits` gives it (requests/s, keyed
+    like `url_host_name`) and a marker on every window that drew a 429/503. Returns png_path."""
+    series = sorted(host_rates(con).values(), key=lambda s: (-s.pages, s.host))[:max_hosts]
+    columns = min(3, max(1, len(series)))
+    rows = max(1, math.ceil(len(series) / columns))
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 2.6 * rows), sharex=True, squeeze=False
+    )
+    for ax in axes.flat[max(1, len(series)) :]:
+        ax.set_visible(False)
+    if not series:
+        axes[0][0].text(0.5, 0.5, "no per-host rates recorded", ha="center", va="center")
+    for ax, s in zip(axes.flat, series, strict=False):
+        ax.plot(*_windows_xy(s, s.rate_rps, 0.0), color="tab:blue", lw=1.0, label="achieved")
+        if any(t is not None for t in s.target_rps):
+            # NaN breaks the line where the controller had no target (or no window was traced).
+            target = [math.nan if t is None else t for t in s.target_rps]
+            x, y = _windows_xy(s, target, math.nan)
+            ax.plot(x, y, color="tab:green", ls="--", lw=1.0, label="target")
+        if limits and s.host in limits:
+            ax.axhline(limits[s.host], color="tab:red", ls=":", lw=1.2, label="limit")
+        banned = [(t, r) for t, r, b in zip(s.times_s, s.rate_rps, s.bans, strict=True) if b]
+        if banned:
+            ax.plot(*zip(*banned, strict=True), "x", color="tab:red", ms=5, label="429/503")
+        ax.set_title(s.host, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("requests/s", fontsize=8)
+    if series:
+        handles = {}
+        for ax in axes.flat[: len(series)]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, handle)
+        fig.legend(handles.values(), handles.keys(), loc="upper right", fontsize=8, ncol=4)
+    fig.suptitle("achieved request rate per host", fontsize=10, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path

@@ -1,0 +1,85 @@
+"""A crawl killed with SIGKILL mid-way resumes with the same crawl id: nothing lost, nothing
+fetched twice, every file readable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crawlflow.demo import coverage
+from storage.views import connect
+from websim import WebSim, WebSpec
+
+
+@pytest.fixture(scope="module")
+def slow_web():
+    # Hidden limits of about 10 requests/s make the crawl last long enough to be killed.
+    spec = WebSpec(hosts=4, pages=400, seed=11, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
+    with WebSim(spec) as sim:
+        yield sim
+
+
+def committed_fetch_files(crawl_dir: Path) -> int:
+    return len(list((crawl_dir / "fetches").glob("*.parquet")))
+
+
+def test_killed_crawl_resumes_without_loss_or_duplicates(
+    slow_web, ray_session, prefect_api, tmp_path
+):
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.crawl import crawl
+
+    allow = [url.split("/")[2] for url in slow_web.host_urls]
+    config = tmp_path / "crawl.toml"
+    config.write_text("write_interval_s = 0.2\n")
+    crawl_dir = tmp_path / "out" / "resumable"
+    command = [sys.executable, "-m", "crawlflow", "crawl", slow_web.hub_url, "--allow-private"]
+    command += [arg for host in allow for arg in ("--allow", host)]
+    command += ["--out", str(tmp_path / "out"), "--crawl-id", "resumable", "--config", str(config)]
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    process = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while committed_fetch_files(crawl_dir) < 5:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the crawl made no progress"
+            time.sleep(0.1)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    expected = slow_web.reachable_allowed_urls()
+    before = coverage(crawl_dir, expected)
+    assert 0 < before["fetched"] < before["expected"], "the kill must land mid-crawl"
+
+    summary = crawl(
+        seeds=[slow_web.hub_url],
+        allow=allow,
+        allow_private=True,
+        nodes=2,
+        out_dir=str(tmp_path / "out"),
+        crawl_id="resumable",
+    )
+
+    after = coverage(crawl_dir, expected)
+    assert after["missing"] == [] and after["coverage"] == 1.0
+    assert after["duplicates"] == 0
+    assert summary["duplicate_pages"] == 0
+    con = connect(crawl_dir)
+    page_urls = {url for (url,) in con.execute("SELECT url FROM pages").fetchall()}
+    html_expected = {
+        url for (url,) in con.execute(
+            "SELECT url FROM fetches WHERE fetch_status = 200 AND content_mime_type = 'text/html'"
+        ).fetchall()
+    }
+    assert page_urls == html_expected
+    assert not list(crawl_dir.rglob("*.tmp"))
