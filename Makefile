@@ -7,7 +7,12 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: install demo test lint bench clean
+# The Prefect server `make server` starts; `make deploy` and `make worker` talk to it.
+PREFECT_PORT ?= 4200
+PREFECT_API_URL ?= http://127.0.0.1:$(PREFECT_PORT)/api
+WORK_POOL := crawlflow
+
+.PHONY: install demo test lint clean server deploy worker
 
 install: $(STAMP)
 
@@ -26,6 +31,17 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+
+server: install
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+
+deploy: install
+	PREFECT_API_URL=$(PREFECT_API_URL) $(BIN)/prefect work-pool inspect $(WORK_POOL) >/dev/null 2>&1 \
+	  || PREFECT_API_URL=$(PREFECT_API_URL) $(BIN)/prefect work-pool create $(WORK_POOL) --type process
+	PREFECT_API_URL=$(PREFECT_API_URL) CRAWLFLOW_HOME=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+
+worker: install
+	PREFECT_API_URL=$(PREFECT_API_URL) $(BIN)/prefect worker start --pool $(WORK_POOL)
 
 clean:
 	rm -rf $(VENV) crawl-out .pytest_cache

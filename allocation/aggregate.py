@@ -41,6 +41,9 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
         fitting = [(i, t) for i, t in enumerate(instance.tasks) if t.demand.fits_in(nt.capacity)]
         for i, task in fitting:
             z[task.id, nt.name] = prob.add_variable(f"z_{ti}_{i}", cat=pulp.LpBinary)
+        # Tasks sent to a type need at least one node of it, even tasks with no demand.
+        prob += (pulp.lpSum(z[task.id, nt.name] for _, task in fitting)
+                 <= len(fitting) * (reserved + surcharge))
         for dim in DIMENSIONS:
             load = [(getattr(task.demand, dim), z[task.id, nt.name]) for _, task in fitting]
             if any(amount > 0 for amount, _ in load):

@@ -88,8 +88,8 @@ def _timed_pack(instance: Instance, order: list[Task], reserved: dict[str, int] 
 def _pack(instance: Instance, order: list[Task], reserved: dict[str, int] | None
           ) -> tuple[Node, ...]:
     slots = _slots(instance)
-    by_reserved_price = _ranked(instance, lambda nt: nt.busy_reserved_cost / slots[nt.name])
-    by_surcharge_price = _ranked(instance, lambda nt: nt.surcharge / slots[nt.name])
+    by_reserved_price = _ranked(instance, slots, lambda nt: nt.busy_reserved_cost)
+    by_surcharge_price = _ranked(instance, slots, lambda nt: nt.surcharge)
     counts = _reserved_counts(instance, reserved)
 
     bins = [_Bin(nt, "reserved") for nt in by_reserved_price for _ in range(counts[nt.name])]
@@ -152,12 +152,11 @@ def _slots(instance: Instance) -> dict[str, float]:
     return slots
 
 
-def _ranked(instance: Instance, price_per_slot: Callable[[NodeType], float]
+def _ranked(instance: Instance, slots: dict[str, float], price: Callable[[NodeType], float]
             ) -> list[NodeType]:
-    def key(nt: NodeType) -> float:
-        # 0 / inf (a free type, or no demand at all) compares as free; x / 0 as never preferred.
-        try:
-            return price_per_slot(nt)
-        except ZeroDivisionError:
-            return math.inf
-    return sorted(instance.node_types, key=key)  # stable: ties keep instance order
+    """Types by price per task slot, cheapest first; ties (as when nothing has demand, and all
+    slots are infinite) by price, then instance order."""
+    def key(nt: NodeType) -> tuple[float, float]:
+        n = slots[nt.name]
+        return (price(nt) / n if n > 0 else math.inf, price(nt))
+    return sorted(instance.node_types, key=key)

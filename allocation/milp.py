@@ -70,8 +70,10 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Share of the time limit the candidates may use; the full model gets the rest.
+# Share of the time limit the candidates may use; the full model gets the rest but this margin:
+# writing the model for CBC, CBC reading it and finishing its root node run past CBC's own clock.
 CANDIDATE_SHARE = 0.5
+CBC_MARGIN_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,8 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
 
     if best is None or packing_cost(instance, best) > lower + TOLERANCE:
         model = _Model(instance, best, lower)
-        cbc_bound = run_cbc(model.problem, max(time_limit_s - elapsed(), 1.0),
-                            warm_start=best is not None)
+        cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - elapsed(), 1.0)
+        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=best is not None)
         if model.problem.status == pulp.LpStatusInfeasible:
             raise NoFeasiblePlan("no plan places every task within max_reserved and "
                                  "max_surcharge")
@@ -123,8 +125,8 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         if solved is not None and (
                 best is None or packing_cost(instance, solved) < packing_cost(instance, best)):
             best = solved
-        if model.problem.sol_status == pulp.LpSolutionOptimal and solved is not None:
-            lower = max(lower, packing_cost(instance, solved))
+        if model.problem.sol_status == pulp.LpSolutionOptimal:
+            lower = max(lower, pulp.value(model.problem.objective))
         elif cbc_bound is not None:
             lower = max(lower, cbc_bound)
     if best is None:
@@ -203,6 +205,9 @@ class _Model:
             # An empty sum here means the warm-start bound left the task no position: infeasible.
             prob += pulp.lpSum(by_task[task.id]) == 1
         for (type_name, j), members in by_bin.items():
+            # A bin holds tasks only if open; the capacity rows say so too, but not for tasks
+            # with no demand.
+            prob += pulp.lpSum(v for _, v in members) <= len(members) * self.y[type_name, j]
             capacity = instance.node_type(type_name).capacity
             for d, dim in enumerate(DIMENSIONS):
                 load = [(instance.task(tid).demand.as_tuple()[d], var) for tid, var in members]

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from crawler.ratecontrol import RateControlConfig
+from crawler.scheduling import Policy
 
 
 class ConfigError(ValueError):
@@ -27,6 +28,18 @@ class CrawlConfig(BaseModel):
     max_connections: int = Field(64, ge=1, le=4096, description="open connections per node")
     requests_per_connection: int = Field(
         50, ge=1, description="URLs fetched over one keep-alive connection to a new server"
+    )
+    policy: Policy = Field(
+        "capability", description="scheduling policy: bfs, performance, quality, capability"
+    )
+    quality_file: str | None = Field(
+        None, description="page quality per URL (.parquet or .csv: url, quality); else PageRank"
+    )
+    keepalive_speedup: float = Field(
+        1.2, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
+    )
+    estimate_weight: float = Field(
+        0.8, ge=0, lt=1, description="w in est <- w*est + (1-w)*measured (connection stats)"
     )
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(15.0, gt=0)
@@ -50,6 +63,16 @@ class CrawlConfig(BaseModel):
     @classmethod
     def _valid_rate_control(cls, value: dict[str, Any]) -> dict[str, Any]:
         RateControlConfig.from_dict(value)  # raises ValueError naming the bad key
+        return value
+
+    @field_validator("quality_file")
+    @classmethod
+    def _valid_quality_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            if Path(value).suffix not in (".parquet", ".csv"):
+                raise ValueError("must be a .parquet or .csv file")
+            if not Path(value).is_file():
+                raise ValueError(f"no such file: {value}")
         return value
 
     def rate_control_config(self) -> RateControlConfig:

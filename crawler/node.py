@@ -22,6 +22,7 @@ from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
 from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
+from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller, make_retry_policy
 from crawler.urls import BadUrl, Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
@@ -55,7 +56,8 @@ class CrawlerNode:
         self._rate_config = config.rate_control_config()
         self._retry = make_retry_policy(self._rate_config, random.Random(node_id))
         self._guard = AddressGuard(allow_private)
-        self._frontier = Frontier()
+        self._frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
+        self._quality = make_quality_model(config.policy, config.quality_file)
         self._sessions: dict[str, ServerSession] = {}
         self._seen: set[str] = set()
         self._outbox: list[tuple[str, int]] = []
@@ -104,7 +106,8 @@ class CrawlerNode:
                 if host not in self._frontier.servers:
                     raise ValueError(f"node {self.node_id} does not own {host}")
                 self._seen.add(url)
-                self._frontier.push(host, UrlTask(url, depth), scheme=urlsplit(url).scheme)
+                task = UrlTask(url, depth, quality=self._quality.score(url))
+                self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 added += 1
             if added:
                 self.counters["activity"] += 1
@@ -119,7 +122,7 @@ class CrawlerNode:
             for url, depth, attempt in pending:
                 self._seen.add(url)
                 host = host_key(url)
-                task = UrlTask(url, depth, attempt)
+                task = UrlTask(url, depth, attempt, self._quality.score(url))
                 if attempt == 1:
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 else:
@@ -263,7 +266,7 @@ class CrawlerNode:
             return
         if server.robots is None and not self._load_robots(server, session):
             return
-        for _ in range(server.requests_per_connection):
+        for _ in range(server.batch):
             task = self._next_task(server)
             if task is None:
                 return
@@ -305,6 +308,8 @@ class CrawlerNode:
         """Fetch the server's robots.txt; False while its rules are unknown."""
         robots_url = f"{server.scheme}://{server.host}/robots.txt"
         result = session.get(robots_url)
+        with self._lock:
+            server.stats.on_response(result.status, result.rtt_s, result.headers)
         self._record_fetch(result, UrlTask(robots_url, depth=0))
         now = time.monotonic()
         rules = RobotsRules.from_response(
@@ -354,6 +359,7 @@ class CrawlerNode:
             server.controller.on_response(
                 now, result.rtt_s or (now - started), result.status, retry_after
             )
+            server.stats.on_response(result.status, result.rtt_s, result.headers)
             self._touched.add(server.host)
         retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
         if retry_in is None and is_retryable(result.status, result.error):
@@ -402,21 +408,28 @@ class CrawlerNode:
         in the outbox); returns them, for the discovered-URL log a resumed crawl reads."""
         if self.max_depth is not None and depth > self.max_depth:
             return []
+        targets: list[str] = []
+        for link in links:
+            try:
+                url = canonical_url(urljoin(source_url, link))
+            except BadUrl:
+                continue
+            if url in self.scope:
+                targets.append(url)
+        # Every in-scope link, seen or not, is part of the graph page quality is computed on.
+        self._quality.observe_page(source_url, targets)
         new: list[tuple[str, int]] = []
         with self._lock:
-            for link in links:
-                try:
-                    url = canonical_url(urljoin(source_url, link))
-                except BadUrl:
-                    continue
-                if url in self._seen or url not in self.scope:
+            for url in targets:
+                if url in self._seen:
                     continue
                 # Foreign URLs are remembered too, so each is sent to its owner only once.
                 self._seen.add(url)
                 new.append((url, depth))
                 host = host_key(url)
                 if host in self._frontier.servers:
-                    self._frontier.push(host, UrlTask(url, depth), scheme=urlsplit(url).scheme)
+                    task = UrlTask(url, depth, quality=self._quality.score(url))
+                    self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 else:
                     self._outbox.append((url, depth))
             if new:

@@ -667,16 +667,15 @@ class AdaptiveRateController(_PacedController):
         """The rate to settle at after a ban (see the class notes)."""
         cfg = self.config
         banned_at = self._rate_at_start
-        if self._held:
-            return cfg.ban_target_share * banned_at
-        halfway = banned_at * (1.0 + cfg.ban_backoff) / 2.0
+        # The ban ends a probe: the rate had held just below banned_at.
+        estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
         if self._last_ban_at is None or self._pages_since_ban < SERVED_MIN_PAGES:
-            return cfg.ban_target_share * halfway
+            return cfg.ban_target_share * estimate
         elapsed = now - self._last_ban_at
         served = min(banned_at, self._pages_since_ban / elapsed)
         if self._idle_since_ban <= SERVED_MAX_IDLE_SHARE * elapsed:
             return cfg.served_target_share * served
-        return cfg.ban_target_share * max(halfway, served)
+        return cfg.ban_target_share * max(estimate, served)
 
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
         cfg = self.config

@@ -101,16 +101,18 @@ class ConnectionStats:
         self._requests_on_connection = 0
         self._reuse_samples = 0  # ResponseTime samples taken on reused connections
 
-    def on_response(self, rtt_s: float | None, headers: Mapping[str, str], timed: bool) -> None:
-        """One request's outcome: `rtt_s` None when no answer came; `timed` False for answers
-        whose time says nothing about serving a page (429/503 refusals, 5xx errors)."""
-        if rtt_s is None:
+    def on_response(
+        self, status: int | None, rtt_s: float | None, headers: Mapping[str, str]
+    ) -> None:
+        """One request's outcome (`status` None: no answer). The time of a 429 or 5xx answer
+        is not a sample: refusals and errors say nothing about how fast pages are served."""
+        if status is None or rtt_s is None:
             self._open = False
             self._requests_on_connection = 0
             return
         fresh = not self._open
         self._requests_on_connection += 1
-        if timed:
+        if status < 500 and status != 429:
             self._learn_times(max(0.0, rtt_s), fresh)
         allowed = self._requests_on_connection
         if "close" in headers.get("connection", "").lower():

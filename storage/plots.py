@@ -74,19 +74,34 @@ ORDER BY host, t_s
 
 @dataclass
 class HostRates:
-    """One host's windows: end time (s since the crawl's first tick), length, achieved rate,
-    bans and the controller's target rate."""
+    """One host's traced windows: start and end (seconds from the start of the crawl's first
+    window), achieved rate, bans and the controller's target rate."""
 
     host: str
-    times_s: list[float] = field(default_factory=list)
-    lengths_s: list[float] = field(default_factory=list)
+    starts_s: list[float] = field(default_factory=list)
+    ends_s: list[float] = field(default_factory=list)
     rate_rps: list[float] = field(default_factory=list)
     bans: list[int] = field(default_factory=list)
     target_rps: list[float | None] = field(default_factory=list)
 
     @property
     def pages(self) -> float:
-        return sum(r * w for r, w in zip(self.rate_rps, self.lengths_s, strict=True))
+        return sum(
+            r * (e - s) for s, e, r in zip(self.starts_s, self.ends_s, self.rate_rps, strict=True)
+        )
+
+    def step_xy(self, values: list[float], gap_value: float) -> tuple[list[float], list[float]]:
+        """A step line holding each window's value from its start to its end; between windows
+        that do not touch (ticks in which the host did not answer) it is `gap_value`."""
+        x: list[float] = []
+        y: list[float] = []
+        for start, end, value in zip(self.starts_s, self.ends_s, values, strict=True):
+            if x and start > x[-1] + 1e-6:
+                x += [x[-1], start]
+                y += [gap_value, gap_value]
+            x += [start, end]
+            y += [value, value]
+        return x, y
 
 
 def host_rates(con: duckdb.DuckDBPyConnection) -> dict[str, HostRates]:
@@ -95,35 +110,22 @@ def host_rates(con: duckdb.DuckDBPyConnection) -> dict[str, HostRates]:
     rows = con.execute(METRICS_SQL).fetchall()
     if not rows:
         rows = con.execute(FETCHES_SQL).fetchall()
+    # (host, start, end, pages, bans, target_ppm); a zero or unknown length only happens for a
+    # node with a single tick: one second is the default metrics interval.
+    windows = [
+        (host, t_s - (length if length and length > 0 else 1.0), t_s, pages, bans, target)
+        for host, t_s, length, pages, bans, target in rows
+    ]
+    origin = min((w[1] for w in windows), default=0.0)
     series: dict[str, HostRates] = {}
-    for host, t_s, length_s, pages, bans, target_ppm in rows:
+    for host, start, end, pages, bans, target_ppm in windows:
         entry = series.setdefault(host, HostRates(host))
-        # A zero or unknown length only happens for a node with a single tick: one second is
-        # the default metrics interval.
-        length = length_s if length_s and length_s > 0 else 1.0
-        entry.times_s.append(float(t_s))
-        entry.lengths_s.append(length)
-        entry.rate_rps.append((pages or 0.0) / length)
+        entry.starts_s.append(start - origin)
+        entry.ends_s.append(end - origin)
+        entry.rate_rps.append((pages or 0.0) / (end - start))
         entry.bans.append(int(bans or 0))
         entry.target_rps.append(None if target_ppm is None else target_ppm / 60.0)
     return series
-
-
-def _windows_xy(
-    s: HostRates, values: list[float], gap_value: float
-) -> tuple[list[float], list[float]]:
-    """A step line holding each window's value from its start to its end; between windows that
-    do not touch (ticks in which the host did not answer) it drops to `gap_value`."""
-    x: list[float] = []
-    y: list[float] = []
-    for end, length, value in zip(s.times_s, s.lengths_s, values, strict=True):
-        start = end - length
-        if x and start > x[-1] + 1e-6:
-            x += [x[-1], start]
-            y += [gap_value, gap_value]
-        x += [start, end]
-        y += [value, value]
-    return x, y
 
 
 def plot_host_rates(
@@ -138,30 +140,35 @@ def plot_host_rates(
     series = sorted(host_rates(con).values(), key=lambda s: (-s.pages, s.host))[:max_hosts]
     columns = min(3, max(1, len(series)))
     rows = max(1, math.ceil(len(series) / columns))
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(4.2 * columns, 2.6 * rows), sharex=True, squeeze=False
-    )
+    # Not sharex: a panel above a hidden one would lose its tick labels; the range is shared.
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 2.6 * rows), squeeze=False)
+    end_s = max((s.ends_s[-1] for s in series), default=1.0)
     for ax in axes.flat[max(1, len(series)) :]:
         ax.set_visible(False)
     if not series:
         axes[0][0].text(0.5, 0.5, "no per-host rates recorded", ha="center", va="center")
     for ax, s in zip(axes.flat, series, strict=False):
-        ax.plot(*_windows_xy(s, s.rate_rps, 0.0), color="tab:blue", lw=1.0, label="achieved")
+        ax.plot(*s.step_xy(s.rate_rps, 0.0), color="tab:blue", lw=1.0, label="achieved")
         if any(t is not None for t in s.target_rps):
             # NaN breaks the line where the controller had no target (or no window was traced).
             target = [math.nan if t is None else t for t in s.target_rps]
-            x, y = _windows_xy(s, target, math.nan)
-            ax.plot(x, y, color="tab:green", ls="--", lw=1.0, label="target")
+            ax.plot(
+                *s.step_xy(target, math.nan), color="tab:green", ls="--", lw=1.0, label="target"
+            )
         if limits and s.host in limits:
             ax.axhline(limits[s.host], color="tab:red", ls=":", lw=1.2, label="limit")
-        banned = [(t, r) for t, r, b in zip(s.times_s, s.rate_rps, s.bans, strict=True) if b]
+        banned = [
+            ((start + end) / 2, rate)
+            for start, end, rate, bans in zip(s.starts_s, s.ends_s, s.rate_rps, s.bans, strict=True)
+            if bans
+        ]
         if banned:
             ax.plot(*zip(*banned, strict=True), "x", color="tab:red", ms=5, label="429/503")
         ax.set_title(s.host, fontsize=9)
+        ax.set_xlim(0, end_s)
         ax.set_ylim(bottom=0)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    for ax in axes[-1]:
         ax.set_xlabel("time (s)", fontsize=8)
     for ax in axes[:, 0]:
         ax.set_ylabel("requests/s", fontsize=8)
