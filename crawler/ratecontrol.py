@@ -626,6 +626,7 @@ class AdaptiveRateController(_PacedController):
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
         self._held = False
+        self._held_target: float | None = None  # the last target that held
         self._last_ban_at: float | None = None
         self._pages_since_ban = 0
         # Seconds since the last ban that the host could have been sent a request and was not
@@ -674,7 +675,8 @@ class AdaptiveRateController(_PacedController):
         elapsed = now - self._last_ban_at
         served = min(banned_at, self._pages_since_ban / elapsed)
         if self._idle_since_ban <= SERVED_MAX_IDLE_SHARE * elapsed:
-            return cfg.served_target_share * served
+            held = self._held_target if self._held else None
+            return cfg.served_target_share * max(served, held or 0.0)
         return cfg.ban_target_share * max(estimate, served)
 
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
@@ -711,6 +713,7 @@ class AdaptiveRateController(_PacedController):
         if self._clean_streak >= cfg.probe_every:
             self._clean_streak = 0
             self._held = True
+            self._held_target = self.target
             self.target *= 1.0 + self._probe
             self._probe = min(1.0, 2.0 * self._probe)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow
+from prefect.runtime import flow_run
 
 from crawler.config import config_from_dict
 from tasks.allocate import allocate_hosts
@@ -17,8 +17,11 @@ from tasks.report import report_crawl
 from tasks.resume import read_checkpoint
 
 
-def new_crawl_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
+def default_crawl_id() -> str:
+    """`<UTC start>-<flow run id prefix>`: new for every run, but the same when Prefect retries
+    a flow run (from the UI, say), so a retried run resumes its own crawl."""
+    started = flow_run.scheduled_start_time or datetime.now(UTC)
+    return started.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ-") + str(flow_run.id)[:8]
 
 
 @flow(name="crawl", log_prints=True)
@@ -36,7 +39,7 @@ def crawl(
     """Crawl from `seeds` within the seed servers plus `allow`, writing Parquet to
     `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
     run stopped. Returns the crawl summary."""
-    crawl_id = crawl_id or new_crawl_id()
+    crawl_id = crawl_id or default_crawl_id()
     settings = config_from_dict(config or {})
     scope = plan_crawl(seeds, allow or [], allow_private)
     checkpoint = read_checkpoint(out_dir, crawl_id, scope.seeds, settings.resume_quiet_s)

@@ -9,6 +9,7 @@ from typing import Any
 import ray
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
 
 from crawler.config import CrawlConfig
 from crawler.node import CrawlerNode
@@ -56,7 +57,13 @@ def ensure_ray() -> None:
         )
 
 
-@task(name="launch nodes", cache_policy=NO_CACHE)
+# Starting Ray or an actor can fail for passing reasons (a busy cluster, a slow node start).
+@task(
+    name="launch nodes",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=5),
+)
 def launch_nodes(
     crawl_id: str,
     out_dir: str,

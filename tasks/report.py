@@ -7,12 +7,13 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.tasks import exponential_backoff
 
 from storage.queries import crawl_summary, per_host
 from storage.views import connect
 
 
-@task(name="report")
+@task(name="report", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=2))
 def report_crawl(out_dir: str, crawl_id: str) -> dict[str, Any]:
     crawl_dir = Path(out_dir) / crawl_id
     con = connect(crawl_dir)
