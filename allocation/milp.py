@@ -7,9 +7,9 @@ type, ``n`` bins of which the first ``min(n, max_reserved)`` are reserved (each 
 ``reserved + usage``) and the rest surcharge (each costs ``surcharge``).
 
 Formulation (``_Model``), for each type ``t`` and bin position ``j`` (``y[t, j]``: bin open;
-``x[i, t, j]``: task ``i`` in that bin): every task in exactly one bin; per bin and dimension,
-load <= capacity * ``y[t, j]``; cost ``sum price[t, j] * y[t, j]`` with ``price[t, j]`` the
-reserved price for ``j < max_reserved`` and the surcharge price after.
+``x[i, t, j]``: task ``i`` in that bin): every task in exactly one bin; tasks only in open bins;
+per bin and dimension, load <= capacity * ``y[t, j]``; cost ``sum price[t, j] * y[t, j]`` with
+``price[t, j]`` the reserved price for ``j < max_reserved`` and the surcharge price after.
 
 A plain version of this model leaves CBC with a weak bound (the LP fills every type exactly with
 fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds:
@@ -18,17 +18,19 @@ fractional nodes) and a search space full of relabelings. What ``solve_milp`` ad
   fixed task order (largest first); then open bins form a prefix (``y[t, j] >= y[t, j+1]``) and
   the task of rank ``r`` can only be in positions ``j <= r``. This removes the ``n!`` relabelings
   of every plan and about half of the assignment variables;
-- aggregating identical nodes for the bound: a small relaxation (``_aggregated_bound``) keeps
+- aggregating identical nodes for the bound: a small relaxation (``allocation.aggregate``) keeps
   only, per type, an integer node count whose summed capacity holds the summed demand of the tasks
-  sent to that type. CBC solves it in a fraction of a second; its optimum is a lower bound that
-  enters the full model as the cut ``cost >= bound``, and its task -> type choice, packed per type,
-  is one more candidate plan;
-- warm start and tightened bounds: the cheapest of first fit, first-fit-decreasing and that
-  per-type packing, after emptying bins whose tasks fit elsewhere (``_eliminate_bins``), is CBC's
-  first incumbent; since every bin of type ``t`` costs at least ``reserved + usage``, no optimal
+  sent to that type. CBC solves it in a fraction of a second; its optimum is a lower bound at
+  least the assignment LP's (node counts stay whole), on generated instances within 1.5% of the
+  best plan found, and enters the full model as the cut ``cost >= bound``;
+- candidate plans: first fit, first-fit-decreasing, and the relaxation's task -> type choices
+  (also with capacities scaled down a little, to leave room for the packing loss) packed type by
+  type with minimum bin slack (``allocation.packing``); each then loses the bins whose tasks fit
+  in the others. The cheapest is CBC's warm start, and if it meets the bound it is optimal and
+  the full model is skipped, which is the usual case;
+- tightened bounds: every bin of type ``t`` costs at least ``reserved + usage``, so no optimal
   plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
-  beyond that are not created;
-- if the incumbent already meets the bound it is optimal and the full model is skipped.
+  beyond that are not created.
 
 On the time limit CBC stops and the best plan is returned with the relative gap between its cost
 and the best proven lower bound (CBC's, or the aggregated one if higher).
@@ -141,7 +143,8 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
 
 def _candidates(instance: Instance, time_left: Callable[[], float]
                 ) -> Iterator[tuple[Packing | None, float]]:
-    """Candidate packings, each with the lower bound known when it was made, cheapest first."""
+    """Candidate packings (None when a relaxation found no task -> type choice), each with the
+    lower bound known when it was made."""
     for heuristic in (first_fit, first_fit_decreasing):
         try:
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0

@@ -91,7 +91,9 @@ def render(comparison: Comparison, console: Console) -> None:
     line("  surcharge", "{:.2f}", "surcharge_cost")
     line("reserved nodes", "{}", "reserved_nodes")
     line("surcharge nodes", "{}", "surcharge_nodes")
-    line("nodes by type", "{}", "nodes_by_type")
+    for nt in instance.node_types:
+        table.add_row(f"  {nt.name} nodes", *(_type_nodes(plan, nt.name)
+                                             for plan in comparison.plans().values()))
     for dim, label in zip(DIMENSIONS, ("cpu", "memory", "bandwidth"), strict=True):
         line(f"utilization {label}", "{:.1%}", f"utilization_{dim}")
     line("solve time (s)", "{:.3f}", "solve_seconds")
@@ -119,13 +121,16 @@ def plan_command(instance_path: str, json_out: str | None) -> None:
 _TITLES = {"first_fit": "first fit", "ffd": "first fit decr.", "milp": "MILP (CBC)"}
 
 
+def _type_nodes(plan: Plan, type_name: str) -> str:
+    """Like ``30r+1s``: reserved and surcharge nodes of one type."""
+    counts = plan.node_counts()
+    kinds = [f"{counts[type_name, kind]}{kind[0]}" for kind in ("reserved", "surcharge")
+             if counts[type_name, kind]]
+    return "+".join(kinds) or "-"
+
+
 def _nodes_by_type(plan: Plan) -> str:
     """Like ``bal8 30r+1s, net4 4r``."""
-    counts = plan.node_counts()
-    parts = []
-    for nt in plan.instance.node_types:
-        kinds = [f"{counts[nt.name, kind]}{kind[0]}" for kind in ("reserved", "surcharge")
-                 if counts[nt.name, kind]]
-        if kinds:
-            parts.append(f"{nt.name} {'+'.join(kinds)}")
+    parts = [f"{nt.name} {_type_nodes(plan, nt.name)}" for nt in plan.instance.node_types
+             if any(n.type == nt.name for n in plan.nodes)]
     return ", ".join(parts) or "none"

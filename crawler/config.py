@@ -52,6 +52,11 @@ class CrawlConfig(BaseModel):
     )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
+    # What the plan step assumes of servers it has no earlier crawl of (see tasks/allocate.py).
+    time_budget_s: float = Field(3600.0, gt=0, description="the crawl should finish within this")
+    expected_pages_per_host: int = Field(1000, ge=1)
+    expected_page_kb: float = Field(50.0, gt=0)
+    expected_pages_per_s_per_host: float = Field(10.0, gt=0, description="politeness rate")
     resume_quiet_s: float = Field(
         5.0, ge=0, description="a resumed crawl waits until its directory is this long unchanged"
     )

@@ -587,18 +587,26 @@ class AdaptiveRateController(_PacedController):
 
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count).
-    - A ban at rate r_b cuts r to min(r, r_b) * ban_backoff; its Retry-After (or, from the
-      second ban in a row, backoff) pauses the host. It also sets the ban-rate estimate W:
-      W = r_b if the rate had held at its target for `probe_every` clean responses since the
-      previous ban (the ban ends a probe). Otherwise (and for the first ban, which ends slow
-      start) the old target itself was too high: a token bucket lets a rising rate run past
-      its limit until the burst allowance is spent, so r_b overstates the limit. Then
-      W = max(r_b * (1 + ban_backoff)/2, pages served since the previous ban / time since
-      it), CUBIC's "fast convergence" floored by the served rate, which cannot exceed a token
-      bucket's rate when the bucket was empty at both bans.
-    - Afterwards r approaches ban_target_share * W from below: each clean response closes
-      `approach_gain` of the gap, fast when far, cautious near the old ban rate.
-    - Every `probe_every` clean responses in a row, W is raised by `probe_step`, doubling the
+    - A ban at rate r_b pauses the host for its Retry-After (or, from the second ban in a
+      row, backoff) and sets a new target T; r drops to min(r, r_b) * ban_backoff, and never
+      above T. The first ban, which ends slow start, backs off twice as far (ban_backoff**2):
+      slow start runs past a token bucket's rate until the burst allowance is spent, by a
+      factor of 2**(burst seconds / doubling time), 3-4x for one second of burst.
+    - The target. A token bucket is empty at every ban, so the pages served between two bans
+      over the time between them (the served rate) are a lower bound of its rate, and a tight
+      one when the host was kept busy: with the bucket refilled in the pause and drained
+      again, nearly every token of the interval was used. So after the second and later bans
+      T = served_target_share * served rate, "measured", when at least SERVED_MIN_PAGES pages
+      came in between and the host sat idle (nothing queued, the node late) for at most
+      SERVED_MAX_IDLE_SHARE of the time (idle time refills the bucket unseen). After a ban
+      that ends a probe from a measured target, the last target that held (see probing) is
+      a floor: the served rate then also counts the time spent below the limit. Otherwise
+      (the first ban, or an idle host) only the ban rate says something: T =
+      ban_target_share * W with W = r_b after a probe that held, else CUBIC's "fast
+      convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
+    - Afterwards r approaches T from below: each clean response closes `approach_gain` of the
+      gap, fast when far, cautious near it.
+    - Every `probe_every` clean responses in a row, T is raised by `probe_step`, doubling the
       step each time (a convex probe in case the limit is higher or has risen); a ban resets
       the step.
     - RTT inflation: if SRTT rises above the band of the previous interval by both
@@ -610,14 +618,16 @@ class AdaptiveRateController(_PacedController):
       would only wind it up.
 
     Measured on a simulated host behind a hidden token bucket like websim's (limit L of 5-50/s,
-    one second of burst, 429 + Retry-After, lognormal latency 2-50 ms, 2000 pages): 0.25-0.35%
-    of requests banned, 93-98% of L achieved over the whole run (ramp-up included), 96-100%
-    in its second half. Without Retry-After or with a 3 s burst the numbers hold. A bucket of
-    about one token with latency jitter near 1/L bans even below L; there it settles at
-    75-90% of L.
+    one second of burst, 429 + Retry-After, lognormal latency 2-50 ms): with 2000 pages, 4-5
+    bans (0.20-0.25% of requests), 94-98% of L achieved over the whole run (ramp-up
+    included), 96-99% in its second half; with 300 pages, 1-2 bans, 83-95% of L. Without
+    Retry-After or with a 3 s burst the numbers hold. A bucket much smaller than a pause's
+    worth of tokens (0.2 s of burst) overflows in every pause, so the served rate is a loose
+    lower bound there and the rate settles at 55-90% of L; a bucket of about one token with
+    latency jitter near 1/L bans even below L.
     """
 
-    ban_grace = 1  # the first ban already halves the rate
+    ban_grace = 1  # the first ban already slows down
 
     def __init__(self, config: RateControlConfig, now: float) -> None:
         super().__init__(config, now)
@@ -627,6 +637,8 @@ class AdaptiveRateController(_PacedController):
         # last ban, i.e. the target has been confirmed by experience.
         self._held = False
         self._held_target: float | None = None  # the last target that held
+        # Whether the target descends from a measured served rate (by probes that held).
+        self._measured = False
         self._last_ban_at: float | None = None
         self._pages_since_ban = 0
         # Seconds since the last ban that the host could have been sent a request and was not
@@ -664,20 +676,22 @@ class AdaptiveRateController(_PacedController):
         # From here until the next start, waiting beyond our own pacing (and pauses) is idle.
         self._ready_at = max(now, self.earliest_next())
 
-    def _target_after_ban(self, now: float) -> float:
-        """The rate to settle at after a ban (see the class notes)."""
+    def _target_after_ban(self, now: float) -> tuple[float, bool]:
+        """The rate to settle at after a ban, and whether it was measured (see the class
+        notes)."""
         cfg = self.config
         banned_at = self._rate_at_start
         # The ban ends a probe: the rate had held just below banned_at.
         estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
         if self._last_ban_at is None or self._pages_since_ban < SERVED_MIN_PAGES:
-            return cfg.ban_target_share * estimate
+            return cfg.ban_target_share * estimate, False
         elapsed = now - self._last_ban_at
         served = min(banned_at, self._pages_since_ban / elapsed)
-        if self._idle_since_ban <= SERVED_MAX_IDLE_SHARE * elapsed:
-            held = self._held_target if self._held else None
-            return cfg.served_target_share * max(served, held or 0.0)
-        return cfg.ban_target_share * max(estimate, served)
+        if self._idle_since_ban > SERVED_MAX_IDLE_SHARE * elapsed:
+            return cfg.ban_target_share * max(estimate, served), False
+        if self._held and self._measured and self._held_target is not None:
+            served = max(served, self._held_target)
+        return cfg.served_target_share * served, True
 
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
         cfg = self.config
@@ -685,7 +699,7 @@ class AdaptiveRateController(_PacedController):
             # Slow start runs past a token bucket's rate until the burst is spent, by a factor
             # of 2**(burst seconds / doubling time): its end backs off twice as far.
             backoff = cfg.ban_backoff if self.target is not None else cfg.ban_backoff**2
-            self.target = self._target_after_ban(now)
+            self.target, self._measured = self._target_after_ban(now)
             self._held = False
             self._last_ban_at = now
             self._pages_since_ban = 0

@@ -53,7 +53,10 @@ def crawl(
     max_depth: Annotated[
         int | None, typer.Option(min=0, help="Links followed from a seed.")
     ] = None,
-    nodes: Annotated[int, typer.Option(min=1, max=256, help="Crawler nodes (Ray actors).")] = 2,
+    nodes: Annotated[
+        int | None,
+        typer.Option(min=1, max=256, help="Crawler nodes (Ray actors); default: the plan's."),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output root directory.")] = Path("crawl-out"),
     crawl_id: Annotated[str | None, typer.Option(help="Crawl id (default: a new one).")] = None,
     config: Annotated[
@@ -144,9 +147,13 @@ def plan(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the plans here.")] = None,
 ) -> None:
     """Compare first fit, first-fit-decreasing and the MILP optimum on an instance."""
+    from allocation.milp import SolverUnavailable
     from allocation.report import plan_command
 
-    plan_command(str(instance), None if json_out is None else str(json_out))
+    try:
+        plan_command(str(instance), None if json_out is None else str(json_out))
+    except SolverUnavailable as exc:
+        raise UserError(str(exc)) from None
 
 
 @app.command()

@@ -9,7 +9,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from crawler.config import config_from_dict
-from tasks.allocate import allocate_hosts
+from tasks.allocate import allocate_nodes
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes
 from tasks.plan import plan_crawl
@@ -31,7 +31,7 @@ def crawl(
     allow_private: bool = False,
     max_pages: int | None = None,
     max_depth: int | None = None,
-    nodes: int = 2,
+    nodes: int | None = None,
     out_dir: str = "crawl-out",
     crawl_id: str | None = None,
     config: dict[str, Any] | None = None,
@@ -43,9 +43,9 @@ def crawl(
     settings = config_from_dict(config or {})
     scope = plan_crawl(seeds, allow or [], allow_private)
     checkpoint = read_checkpoint(out_dir, crawl_id, scope.seeds, settings.resume_quiet_s)
-    assignment = allocate_hosts(scope, nodes)
+    specs = allocate_nodes(scope, nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
-        crawl_id, out_dir, settings, assignment, scope.hosts, allow_private, max_depth, max_pages
+        crawl_id, out_dir, settings, specs, scope.hosts, allow_private, max_depth, max_pages
     )
     try:
         drive_crawl(fleet, scope.seeds, max_pages, checkpoint)

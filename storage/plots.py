@@ -62,10 +62,10 @@ answers AS (
 )
 SELECT host,
        floor(epoch(fetch_time - (SELECT min(fetch_time) FROM answers))) + 1 AS t_s,
-       1.0 AS length_s,
+       1.0::DOUBLE AS length_s,
        count(*) FILTER (WHERE fetch_status NOT IN (429, 503)) AS pages,
        count(*) FILTER (WHERE fetch_status IN (429, 503))     AS bans,
-       NULL AS target_ppm
+       NULL::DOUBLE AS target_ppm
 FROM answers
 GROUP BY host, t_s
 ORDER BY host, t_s

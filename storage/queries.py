@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -71,3 +72,23 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[t
     cursor = con.execute(sql)
     columns = [d[0] for d in cursor.description] if cursor.description else []
     return columns, cursor.fetchall() if columns else []
+
+
+def previous_crawl_profile(out_root: Path, crawl_id: str) -> tuple[dict[str, int], float] | None:
+    """Pages per server and the average page size (KB) of the newest other crawl under
+    `out_root`: what the plan step expects of tonight's crawl of the same site."""
+    crawls = sorted(
+        (d for d in out_root.glob("*") if d.name != crawl_id and any(d.glob("pages/*.parquet"))),
+        key=lambda d: d.stat().st_mtime,
+    )
+    if not crawls:
+        return None
+    pattern = crawls[-1] / "pages" / "*.parquet"
+    con = duckdb.connect()
+    rows = con.execute(
+        "SELECT url_host_name, count(*), avg(content_length) "
+        f"FROM read_parquet('{pattern}') GROUP BY url_host_name"
+    ).fetchall()
+    pages = {host: count for host, count, _ in rows}
+    average_kb = sum(count * size for _, count, size in rows) / max(1, sum(pages.values())) / 1000
+    return pages, average_kb

@@ -70,11 +70,28 @@ DISCOVERED = pa.schema(
     ]
 )
 
+# The plan step's allocation: each solver's plan cost, which was chosen, how many nodes ran.
+ALLOCATION = pa.schema(
+    [
+        ("crawl_id", pa.string()),
+        ("solver", pa.string()),
+        ("chosen", pa.bool_()),
+        ("total_cost", pa.float64()),
+        ("reserved_cost", pa.float64()),
+        ("usage_cost", pa.float64()),
+        ("surcharge_cost", pa.float64()),
+        ("nodes", pa.int32()),
+        ("solve_seconds", pa.float64()),
+        ("nodes_used", pa.int32()),
+    ]
+)
+
 DATASETS: dict[str, pa.Schema] = {
     "fetches": FETCHES,
     "pages": PAGES,
     "metrics": METRICS,
     "discovered": DISCOVERED,
+    "allocation": ALLOCATION,
 }
 # Written in step by each node, in this order; the last one's file commits a batch.
 COMMITTED_DATASETS = ("discovered", "pages", "fetches")

@@ -1,16 +1,147 @@
-"""Allocate step: decide which crawler node owns which servers."""
+"""Allocate step: how many crawler nodes, of what size, owning which servers.
+
+The demand of each server is estimated from the newest earlier crawl under `out_dir` (pages per
+server, average page size) or, for servers never crawled, from the config's expectations; see
+`allocation.demand` for the estimate. First fit and the MILP both plan; the cheaper plan is
+used. With `--nodes N` the user fixes the node count instead: the plan is still made and
+reported, and the servers are spread over the N nodes, largest first, to balance them.
+"""
 
 from __future__ import annotations
 
-from prefect import task
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact
+
+from allocation.demand import CrawlAllocation, local_node_types, plan_crawl
+from crawler.config import CrawlConfig
 from crawler.seeds import CrawlScope
+from storage.queries import previous_crawl_profile
+from storage.schema import ALLOCATION
+from storage.writer import ParquetDatasetWriter
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    node_id: str
+    node_type: str
+    kind: str  # "reserved" or "surcharge"
+    hosts: list[str]
+    num_cpus: float
+    memory_gb: float
+
+
+def machine_memory_gb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
+def expected_host_pages(
+    scope: CrawlScope, out_dir: str, crawl_id: str, config: CrawlConfig, max_pages: int | None
+) -> tuple[dict[str, int], float]:
+    previous = previous_crawl_profile(Path(out_dir), crawl_id)
+    known, page_kb = previous if previous else ({}, config.expected_page_kb)
+    default = config.expected_pages_per_host
+    if max_pages is not None:
+        default = max(1, min(default, max_pages // len(scope.hosts)))
+    return {host: known.get(host, default) for host in scope.hosts}, page_kb
+
+
+def spread(hosts: dict[str, int], nodes: int) -> list[list[str]]:
+    """Longest-processing-time first: each server, largest first, to the least loaded node."""
+    loads = [0] * nodes
+    assignment: list[list[str]] = [[] for _ in range(nodes)]
+    for host in sorted(hosts, key=lambda h: (-hosts[h], h)):
+        target = loads.index(min(loads))
+        assignment[target].append(host)
+        loads[target] += hosts[host]
+    return [hosts_of_node for hosts_of_node in assignment if hosts_of_node]
+
+
+def plan_rows(crawl_id: str, decision: CrawlAllocation, used: list[NodeSpec]) -> list[dict]:
+    rows: list[dict[str, Any]] = []
+    plans = {"first_fit": decision.first_fit}
+    if decision.milp is not None:
+        plans["milp"] = decision.milp.plan
+    for solver, plan in plans.items():
+        rows.append(
+            {
+                "crawl_id": crawl_id,
+                "solver": solver,
+                "chosen": solver == decision.solver,
+                "total_cost": plan.total_cost,
+                "reserved_cost": plan.reserved_cost,
+                "usage_cost": plan.usage_cost,
+                "surcharge_cost": plan.surcharge_cost,
+                "nodes": len(plan.nodes),
+                "solve_seconds": plan.solve_seconds,
+                "nodes_used": len(used),
+            }
+        )
+    return rows
 
 
 @task(name="allocate")
-def allocate_hosts(scope: CrawlScope, nodes: int) -> list[list[str]]:
-    """Whole servers per node, dealt round-robin so every node gets a share of the seeds."""
-    assignment: list[list[str]] = [[] for _ in range(min(nodes, len(scope.hosts)))]
-    for index, host in enumerate(scope.hosts):
-        assignment[index % len(assignment)].append(host)
-    return assignment
+def allocate_nodes(
+    scope: CrawlScope,
+    nodes: int | None,
+    out_dir: str,
+    crawl_id: str,
+    config: CrawlConfig,
+    max_pages: int | None,
+) -> list[NodeSpec]:
+    logger = get_run_logger()
+    host_pages, page_kb = expected_host_pages(scope, out_dir, crawl_id, config, max_pages)
+    cpus = os.cpu_count() or 1
+    node_types = local_node_types(cpus=nodes or cpus, memory_gb=machine_memory_gb())
+    decision = plan_crawl(
+        host_pages,
+        node_types,
+        avg_page_kb=page_kb,
+        pages_per_s_per_host=config.expected_pages_per_s_per_host,
+        budget_s=config.time_budget_s,
+    )
+    by_type = {node_type.name: node_type for node_type in node_types}
+    if nodes is None:
+        placed = [
+            (node.id, node.type, node.kind, decision.hosts_by_node[node.id])
+            for node in decision.chosen.nodes
+            if decision.hosts_by_node[node.id]
+        ]
+    else:
+        placed = [
+            (f"fixed-{index}", node_types[0].name, "reserved", hosts)
+            for index, hosts in enumerate(spread(host_pages, nodes))
+        ]
+    specs = [
+        NodeSpec(
+            node_id=f"node-{index}",
+            node_type=type_name,
+            kind=kind,
+            hosts=hosts,
+            num_cpus=by_type[type_name].capacity.cpu,
+            memory_gb=by_type[type_name].capacity.memory_gb,
+        )
+        for index, (_, type_name, kind, hosts) in enumerate(placed)
+    ]
+    rows = plan_rows(crawl_id, decision, specs)
+    writer = ParquetDatasetWriter(
+        Path(out_dir) / crawl_id / "allocation", ALLOCATION, "plan", batch_rows=100, interval_s=60
+    )
+    for row in rows:
+        writer.write(row)
+    writer.flush()
+    create_table_artifact(rows, key="crawl-allocation", description="allocation plans and cost")
+    logger.info(
+        "allocation: %s plan costs %.2f (first fit %.2f); %d nodes for %d servers%s",
+        decision.solver,
+        decision.chosen.total_cost,
+        decision.first_fit_cost,
+        len(specs),
+        len(scope.hosts),
+        "" if nodes is None else f" (--nodes {nodes} fixes the count)",
+    )
+    return specs

@@ -13,6 +13,7 @@ from prefect.tasks import exponential_backoff
 
 from crawler.config import CrawlConfig
 from crawler.node import CrawlerNode
+from tasks.allocate import NodeSpec
 
 
 class RayNode:
@@ -68,36 +69,43 @@ def launch_nodes(
     crawl_id: str,
     out_dir: str,
     config: CrawlConfig,
-    assignment: list[list[str]],
+    specs: list[NodeSpec],
     scope_hosts: list[str],
     allow_private: bool,
     max_depth: int | None,
     max_pages: int | None,
 ) -> Fleet:
     ensure_ray()
-    cpus = ray.cluster_resources().get("CPU", 1.0)
-    # Nodes are mostly waiting on the network; on a small machine they share the cores.
-    cpus_per_node = min(1.0, cpus / len(assignment))
+    resources = ray.cluster_resources()
+    # Each actor gets its node type's size, scaled down when the plan holds more nodes than
+    # the cluster has room for (surcharge nodes on one machine): Ray would never start them.
+    cpu_scale = min(1.0, resources.get("CPU", 1.0) / sum(spec.num_cpus for spec in specs))
+    memory_scale = min(
+        1.0, resources.get("memory", 1e9) / sum(spec.memory_gb * 1e9 for spec in specs)
+    )
     node_actor = ray.remote(CrawlerNode)
     nodes: list[RayNode] = []
     owner: dict[str, str] = {}
-    for index, hosts in enumerate(assignment):
-        node_id = f"node-{index}"
+    for spec in specs:
+        node_id = spec.node_id
         actor = node_actor.options(
-            num_cpus=cpus_per_node, max_concurrency=4, name=f"{crawl_id}-{node_id}"
+            num_cpus=spec.num_cpus * cpu_scale,
+            memory=int(spec.memory_gb * 1e9 * memory_scale),
+            max_concurrency=4,
+            name=f"{crawl_id}-{node_id}",
         ).remote(
             node_id=node_id,
             crawl_id=crawl_id,
             out_dir=out_dir,
             config=config,
-            hosts=hosts,
+            hosts=spec.hosts,
             scope_hosts=scope_hosts,
             allow_private=allow_private,
             max_depth=max_depth,
             page_budget=None if max_pages is None else 0,
         )
         nodes.append(RayNode(node_id, actor))
-        owner.update(dict.fromkeys(hosts, node_id))
+        owner.update(dict.fromkeys(spec.hosts, node_id))
     ray.get([node.actor.start.remote() for node in nodes])
     return Fleet(nodes=nodes, owner=owner)
 

@@ -528,6 +528,68 @@ def test_adaptive_converges_under_a_hidden_token_bucket(limit: float, latency_ms
     assert 0.85 * limit <= run.rate_between(half, run.elapsed_s) <= 1.1 * limit
 
 
+@pytest.mark.parametrize(("limit", "latency_ms"), BUCKET_CASES)
+def test_adaptive_small_host_costs_at_most_two_bans(limit: float, latency_ms: float) -> None:
+    # One ban ends slow start, the next one measures the rate: a host of 300 pages (which
+    # websim's Zipf sizes make common) must not pay a third.
+    controller = make_host_controller(RateControlConfig(), 0.0)
+    run = run_token_bucket(controller, limit, latency_ms, pages=300)
+    assert len(run.ban_times) <= 2
+    assert run.elapsed_s <= 1.3 * 300 / limit
+
+
+def clean_responses(
+    controller: AdaptiveRateController, now: float, count: int, rtt: float = 0.001
+) -> float:
+    """`count` 200 answers sent as soon as allowed; returns the time of the last one."""
+    for _ in range(count):
+        start = max(now, controller.earliest_next())
+        controller.on_request_start(start)
+        now = start + rtt
+        controller.on_response(now, rtt, 200, None)
+    return now
+
+
+def ban(controller: AdaptiveRateController, now: float, start_delay: float = 0.0) -> float:
+    start = max(now, controller.earliest_next()) + start_delay
+    controller.on_request_start(start)
+    controller.on_response(start + 0.001, 0.001, 429, 1.0)
+    return start + 0.001
+
+
+def test_adaptive_first_ban_backs_off_to_a_quarter() -> None:
+    controller = AdaptiveRateController(RateControlConfig(), 0.0)
+    now = clean_responses(controller, 0.0, 12)
+    banned_at = controller.rate
+    ban(controller, now)
+    assert controller.rate == pytest.approx(banned_at / 4)
+    # No measurement yet: the target is the fast-convergence guess below the ban rate.
+    assert controller.target == pytest.approx(0.92 * 0.75 * banned_at)
+
+
+def test_adaptive_second_ban_measures_the_served_rate() -> None:
+    controller = AdaptiveRateController(RateControlConfig(), 0.0)
+    now = ban(controller, clean_responses(controller, 0.0, 12))
+    first_ban = now
+    now = clean_responses(controller, now, 40)
+    assert controller.rate > 10  # climbing towards the guess
+    now = ban(controller, now)
+    served = 40 / (now - first_ban)
+    assert controller.target == pytest.approx(0.97 * served)
+    assert controller.rate <= controller.target  # never above the target after a ban
+
+
+def test_adaptive_idle_host_does_not_trust_the_served_rate() -> None:
+    # The same run, but the node left the host idle for 5 s before the second ban: a bucket
+    # refills unseen meanwhile, so the served rate says little and the ban rate decides.
+    controller = AdaptiveRateController(RateControlConfig(), 0.0)
+    now = ban(controller, clean_responses(controller, 0.0, 12))
+    now = clean_responses(controller, now, 40)
+    banned_at = 1.0 / max(controller.current_delay(), controller.rtt.srtt or 0.0)
+    ban(controller, now, start_delay=5.0)
+    assert controller.target == pytest.approx(0.92 * 0.75 * banned_at)
+
+
 @pytest.mark.parametrize(("burst_s", "retry_after"), [(1.0, False), (3.0, True), (3.0, False)])
 def test_adaptive_other_buckets_and_no_retry_after(burst_s: float, retry_after: bool) -> None:
     for limit, latency_ms in [(5, 10), (20, 10), (50, 2)]:

@@ -23,6 +23,7 @@ import socket
 import time
 from multiprocessing.connection import Connection
 
+from websim import hostile
 from websim.graph import PDF, Web
 from websim.pages import Renderer
 
@@ -54,7 +55,7 @@ def child_main(web: Web, port: int, conn: Connection) -> None:
     if wanted > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     try:
-        sockets = _bind_all([h.address for h in web.hosts], port)
+        sockets = _bind_all([h.address for h in web.hosts] + hostile.addresses(web.spec), port)
     except OSError as exc:
         conn.send(("error", f"cannot bind the websim hosts: {exc}"))
         return
@@ -130,6 +131,10 @@ class _Sim:
         self.connections: set[_Connection] = set()
         self.next_connection_id = 0
 
+    def new_connection_id(self) -> int:
+        self.next_connection_id += 1
+        return self.next_connection_id - 1
+
     def latency(self, host: _Host) -> float:
         if host.latency_mu is None:
             return 0.0
@@ -150,8 +155,7 @@ class _Connection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.last_active = time.monotonic()
         self.transport: asyncio.Transport | None = None
-        self.id = sim.next_connection_id
-        sim.next_connection_id += 1
+        self.id = sim.new_connection_id()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -313,8 +317,17 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
     port = sockets[0].getsockname()[1]
     sim = _Sim(web, port)
     servers = []
-    for host, sock in zip(sim.hosts, sockets, strict=True):
+    for host, sock in zip(sim.hosts, sockets[: len(sim.hosts)], strict=True):
         servers.append(await loop.create_server(lambda h=host: _Connection(sim, h), sock=sock))
+    hostiles = await hostile.start(
+        web.spec,
+        sockets[len(sim.hosts) :],
+        port,
+        offsite=sim.hosts[0].name,
+        log=lambda *entry: sim.log.append(entry),
+        next_connection=sim.new_connection_id,
+    )
+    servers += [server for server, _ in hostiles]
     stopped = loop.create_future()
 
     def on_command() -> None:
@@ -341,6 +354,9 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
     for connection in list(sim.connections):
         if connection.transport is not None:
             connection.transport.abort()
+    for _, state in hostiles:
+        for writer in list(state.writers):
+            writer.transport.abort()
     for server in servers:
         await server.wait_closed()
     with contextlib.suppress(OSError):  # nobody may be listening any more

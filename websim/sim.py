@@ -13,7 +13,7 @@ from types import TracebackType
 import numpy as np
 from w3lib.url import canonicalize_url
 
-from websim import truth
+from websim import hostile, truth
 from websim.graph import Web, build_web
 from websim.server import child_main
 from websim.spec import WebSpec
@@ -125,6 +125,19 @@ class WebSim:
     @property
     def host_urls(self) -> list[str]:
         return [origin + "/" for origin in truth.origins(self.web, self.port)]
+
+    def hostile_host(self, scenario: str) -> str:
+        """The server (`ip:port`) of a hostile scenario named in `spec.hostile`."""
+        return f"{hostile.addresses(self.spec)[self.spec.hostile.index(scenario)]}:{self.port}"
+
+    def hostile_url(self, scenario: str) -> str:
+        """Root URL of a hostile host: the seed of a crawl that meets the scenario."""
+        return f"http://{self.hostile_host(scenario)}/"
+
+    def hostile_expected(self, scenario: str) -> set[str]:
+        """Canonical URLs of the hostile host that a robust crawler fetches successfully."""
+        origin = f"http://{self.hostile_host(scenario)}"
+        return {origin + path for path in hostile.SCENARIOS[scenario].expected}
 
     def url_of(self, page_id: int) -> str:
         host = self.web.hosts[int(self.web.host_of[page_id])]

@@ -1,0 +1,282 @@
+"""Scheduling policies benchmark (SPEC §3): pages and page quality fetched within a time budget.
+
+Serves a synthetic web of about 500 servers and 30,000 pages on loopback and crawls it from its
+hub for a fixed time budget under each policy (breadth-first, performance-first,
+quality-first, crawl-capability), once with PageRank quality (the crawler's own incremental
+PageRank; scored against the web's true PageRank) and once with Zipf(a=1) quality independent
+of the link graph (given to the crawler as a quality file from the simulator's ground truth).
+Breadth-first and performance-first do not look at quality, so one crawl of each is scored
+against both. Page times are the `fetch_time` of the crawl's `pages` Parquet rows.
+
+The crawler runs in-process (one `crawler.node.CrawlerNode` seeded through
+`crawler.coordinator.Coordinator`): the same fetch loop the flow runs in a Ray actor, without
+Prefect and Ray start-up inside the budget. One node owns every server, so no URL is routed
+after the seed. Rate control is a fixed zero delay and the servers have no hidden rate limits:
+with one connection per server and 64 connections, the policies differ only in which servers
+and URLs they choose.
+
+    .venv/bin/python -m bench.policies [--json PATH] [--quick] [--png PATH] [--budget S]
+
+Prints a table (pages and share of the total quality at 0.3, 1/3, 1/2 and all of the budget)
+and writes a PNG with the paper's three panels per quality kind: pages over time, quality over
+time, efficiency (the quality share reached within 1/3, 1/2 and all of the budget).
+
+Goals: performance-first fetches at least 1.3x breadth-first's pages at half the budget;
+crawl-capability holds the most quality at 1/3 of the budget; with PageRank quality,
+crawl-capability reaches 80% of the total quality by 30% of its budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crawler.config import CrawlConfig
+from crawler.coordinator import Coordinator
+from crawler.node import CrawlerNode
+from websim import WebSim, WebSpec
+from websim.truth import page_urls
+
+matplotlib.use("Agg")  # files only: no display on servers and CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "policies"
+POLICIES = ("bfs", "performance", "quality", "capability")
+QUALITIES = ("pagerank", "zipf")
+FRACTIONS = {"0.3": 0.3, "0.33": 1 / 3, "0.5": 0.5, "1.0": 1.0}
+GOALS = {"performance_over_bfs_at_half": 1.3, "capability_pagerank_share_at_0.3": 0.8}
+
+# Response times spread over two orders of magnitude (log-uniform medians 20 ms - 2 s,
+# lognormal per response), as servers on the real web: fast enough that the crawler fetches
+# most pages within the budget, while the biggest servers (one connection each) keep the crawl
+# from finishing. Keep-alive as measured on the web (24% one request per connection, 66% 100,
+# 10% 10). No hidden rate limits, robots.txt as usual.
+_COMMON: dict[str, Any] = {"latency_ms": (20.0, 2000.0), "rate_limit_rps": None}
+WEBS = {
+    "full": WebSpec(hosts=500, pages=30_000, seed=3, **_COMMON),
+    "quick": WebSpec(hosts=150, pages=6_000, seed=3, **_COMMON),
+}
+BUDGET_S = {"full": 90.0, "quick": 30.0}
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a crawl is scored against: quality per URL of every page a crawl can store."""
+
+    quality: dict[str, dict[str, float]]  # kind -> url -> quality
+    total: dict[str, float]  # kind -> sum over the crawlable pages
+    pages: int
+
+
+def ground_truth(sim: WebSim) -> Truth:
+    web = sim.web
+    urls = page_urls(web, sim.port)
+    crawlable = sim.reachable_allowed_urls()
+    html = [i for i, url in enumerate(urls) if url in crawlable and not web.is_pdf[i]]
+    quality = {
+        "pagerank": {urls[i]: float(web.pagerank[i]) for i in html},
+        "zipf": {urls[i]: float(web.zipf_quality[i]) for i in html},
+    }
+    total = {kind: sum(values.values()) for kind, values in quality.items()}
+    return Truth(quality, total, len(html))
+
+
+def write_quality_file(sim: WebSim, path: Path) -> None:
+    urls = page_urls(sim.web, sim.port)
+    pq.write_table(pa.table({"url": urls, "quality": sim.web.zipf_quality}), path)
+
+
+def crawl(
+    sim: WebSim, policy: str, quality_file: Path | None, budget_s: float, out_dir: Path
+) -> list[tuple[str, float]]:
+    """One in-process crawl for `budget_s`; (url, seconds since the start) of every page."""
+    hosts = [url.split("/")[2] for url in sim.host_urls]
+    config = CrawlConfig(
+        policy=policy,
+        quality_file=str(quality_file) if quality_file else None,
+        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+    )
+    crawl_id = f"{policy}-{'file' if quality_file else 'pagerank'}"
+    node = CrawlerNode("node-0", crawl_id, str(out_dir), config, hosts, hosts, True, None)
+    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    started = datetime.now(UTC)
+    coordinator.seed([sim.hub_url])
+    node.start()
+    time.sleep(budget_s)
+    node.close()
+    table = pq.read_table(out_dir / crawl_id / "pages", columns=["url", "fetch_time"])
+    times = table.column("fetch_time").to_pylist()
+    return [
+        (url, (at - started).total_seconds())
+        for url, at in zip(table.column("url").to_pylist(), times, strict=True)
+    ]
+
+
+def score(
+    pages: list[tuple[str, float]], truth: Truth, kind: str, budget_s: float
+) -> dict[str, Any]:
+    quality = truth.quality[kind]
+    order = sorted(pages, key=lambda page: page[1])
+    times = np.array([t for _, t in order])
+    share = np.cumsum([quality.get(url, 0.0) for url, _ in order]) / truth.total[kind]
+    pages_at, share_at = {}, {}
+    for key, fraction in FRACTIONS.items():
+        count = int(np.searchsorted(times, fraction * budget_s, side="right"))
+        pages_at[key] = count
+        share_at[key] = round(float(share[count - 1]) if count else 0.0, 4)
+    return {
+        "pages_at": pages_at,
+        "quality_share_at": share_at,
+        "times": times,
+        "shares": share,
+    }
+
+
+def run(spec: WebSpec, budget_s: float, work: Path) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    with WebSim(spec) as sim:
+        truth = ground_truth(sim)
+        quality_file = work / "zipf_quality.parquet"
+        write_quality_file(sim, quality_file)
+        print(
+            f"web: {spec.hosts} servers, {spec.pages} pages ({truth.pages} crawlable HTML), "
+            f"latency {spec.latency_ms[0]:g}-{spec.latency_ms[1]:g} ms; budget {budget_s:g} s",
+            flush=True,
+        )
+        crawls = [(policy, None, QUALITIES) for policy in ("bfs", "performance")] + [
+            (policy, file, (kind,))
+            for kind, file in (("pagerank", None), ("zipf", quality_file))
+            for policy in ("quality", "capability")
+        ]
+        for index, (policy, file, kinds) in enumerate(crawls):
+            out_dir = work / f"crawl-{index}"
+            pages = crawl(sim, policy, file, budget_s, out_dir)
+            shutil.rmtree(out_dir)
+            for kind in kinds:
+                result = score(pages, truth, kind, budget_s)
+                runs.append({"policy": policy, "quality": kind, **result})
+            print(f"  {policy:<12} {'/'.join(kinds):<15} {len(pages):>6} pages", flush=True)
+    runs.sort(key=lambda r: (QUALITIES.index(r["quality"]), POLICIES.index(r["policy"])))
+    return runs
+
+
+def print_table(runs: list[dict[str, Any]]) -> dict[str, bool]:
+    keys = list(FRACTIONS)
+    heads = " ".join(f"{'@' + k:>7}" for k in keys)
+    print(f"\n{'policy':<12} {'quality':<9} pages {heads}   quality share {heads}")
+    for r in runs:
+        pages = " ".join(f"{r['pages_at'][k]:>7}" for k in keys)
+        shares = " ".join(f"{100 * r['quality_share_at'][k]:>6.1f}%" for k in keys)
+        print(f"{r['policy']:<12} {r['quality']:<9}       {pages}                 {shares}")
+    by = {(r["policy"], r["quality"]): r for r in runs}
+    ratio = by["performance", "pagerank"]["pages_at"]["0.5"] / max(
+        1, by["bfs", "pagerank"]["pages_at"]["0.5"]
+    )
+    checks = {"performance_over_bfs_at_half": ratio >= GOALS["performance_over_bfs_at_half"]}
+    print(f"\nperformance-first / breadth-first pages at 1/2 budget: {ratio:.2f}x", end=" ")
+    print(f"[{'ok' if checks['performance_over_bfs_at_half'] else 'MISSED'}]")
+    for kind in QUALITIES:
+        best = max(POLICIES, key=lambda p: by[p, kind]["quality_share_at"]["0.33"])
+        ok = best == "capability"
+        checks[f"capability_best_at_third_{kind}"] = ok
+        print(f"most {kind} quality at 1/3 budget: {best} [{'ok' if ok else 'MISSED'}]")
+    share = by["capability", "pagerank"]["quality_share_at"]["0.3"]
+    goal = GOALS["capability_pagerank_share_at_0.3"]
+    checks["capability_pagerank_share_at_0.3"] = share >= goal
+    print(
+        f"crawl-capability PageRank share at 0.3 budget: {100 * share:.1f}% "
+        f"[{'ok' if share >= goal else 'MISSED'}]"
+    )
+    return checks
+
+
+def plot(runs: list[dict[str, Any]], budget_s: float, path: Path) -> None:
+    fig, axes = plt.subplots(len(QUALITIES), 3, figsize=(15, 8.5), constrained_layout=True)
+    bar_keys = ("0.33", "0.5", "1.0")
+    width = 0.8 / len(POLICIES)
+    for row, kind in enumerate(QUALITIES):
+        pages_ax, quality_ax, efficiency_ax = axes[row]
+        kind_runs = {r["policy"]: r for r in runs if r["quality"] == kind}
+        for index, policy in enumerate(POLICIES):
+            r = kind_runs[policy]
+            times = np.concatenate(([0.0], r["times"]))
+            pages_ax.step(times, np.arange(len(times)), where="post", label=policy)
+            shares = np.concatenate(([0.0], 100 * r["shares"]))
+            quality_ax.step(times, shares, where="post", label=policy)
+            efficiency_ax.bar(
+                np.arange(len(bar_keys)) + (index - 1.5) * width,
+                [100 * r["quality_share_at"][k] for k in bar_keys],
+                width,
+                label=policy,
+            )
+        for ax in (pages_ax, quality_ax):
+            ax.set_xlim(0, budget_s)
+            ax.set_xlabel("time (s)")
+            ax.grid(alpha=0.3)
+        pages_ax.set_ylabel("pages")
+        pages_ax.set_title(f"pages over time ({kind} runs)")
+        quality_ax.set_ylabel(f"share of total {kind} quality (%)")
+        quality_ax.set_title(f"{kind} quality over time")
+        efficiency_ax.set_xticks(range(len(bar_keys)), ["1/3 budget", "1/2 budget", "budget"])
+        efficiency_ax.set_ylabel(f"share of total {kind} quality (%)")
+        efficiency_ax.set_title(f"efficiency: {kind} quality within the budget")
+        efficiency_ax.set_ylim(0, 100)
+        efficiency_ax.grid(alpha=0.3, axis="y")
+        pages_ax.legend(loc="upper left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller web and budget")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--png", type=Path, help="the plot (default: next to the JSON)")
+    parser.add_argument("--budget", type=float, help="time budget per crawl, seconds")
+    args = parser.parse_args()
+    size = "quick" if args.quick else "full"
+    budget_s = args.budget or BUDGET_S[size]
+    work = Path(tempfile.mkdtemp(prefix="bench-policies-"))
+    try:
+        runs = run(WEBS[size], budget_s, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    checks = print_table(runs)
+    png = args.png or (args.json.with_suffix(".png") if args.json else RESULTS / "policies.png")
+    plot(runs, budget_s, png)
+    print(f"plot: {png}")
+    if args.json:
+        document = {
+            "budget_s": budget_s,
+            "web": {
+                "hosts": WEBS[size].hosts,
+                "pages": WEBS[size].pages,
+                "latency_ms": list(WEBS[size].latency_ms),
+            },
+            "goals": checks,
+            "runs": [
+                {k: r[k] for k in ("policy", "quality", "pages_at", "quality_share_at")}
+                for r in runs
+            ],
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"figures: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
