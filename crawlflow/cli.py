@@ -102,12 +102,15 @@ def _run_crawl_flow(**parameters: Any) -> dict[str, Any]:
 
 def _print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:
     from crawlflow.summary import print_summary
+    from storage.plots import plot_host_rates
     from storage.queries import crawl_summary, per_host
     from storage.views import connect
 
     con = connect(directory)
     summary = {**crawl_summary(con), **(extra or {})}
     print_summary(summary, per_host(con))
+    png = plot_host_rates(con, directory / "host_rates.png")
+    print(f"achieved rate per server over time: {png}")
 
 
 @app.command()
