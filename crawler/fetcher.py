@@ -1,16 +1,52 @@
-"""HTTP fetching over persistent per-server sessions (requests), with a body size limit."""
+"""HTTP fetching over persistent per-server sessions (requests), bounded in size and in time.
+
+A fetch stops, with an error class in `FetchResult.error`, when the server sends more than
+`max_body_bytes` on the wire, when undoing its Content-Encoding (gzip, deflate, br) would give
+more than `max_decoded_bytes`, or when the whole exchange (connect, headers, body) outlasts
+`fetch_timeout_s`. urllib3 decodes in bounded steps (at most one chunk of output per read), so
+a gzip bomb costs no more memory than its limit.
+"""
 
 from __future__ import annotations
 
 import base64
+import codecs
+import contextlib
 import hashlib
+import itertools
+import re
+import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ReadTimeoutError
 
 from crawler.config import CrawlConfig
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+_CHUNK = 64 * 1024
+# How much of a body content sniffing looks at: the "resource header" of the WHATWG MIME
+# Sniffing standard.
+_SNIFF_BYTES = 1445
+# WHATWG "binary data bytes": control characters that never occur in text.
+_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+# WHATWG's HTML signatures: what an unlabelled body starts with if it is HTML.
+_HTML_START = re.compile(
+    rb"\s*<(?:!doctype html|html|head|script|iframe|h1|div|font|table|a|style|title|b|body|br|p"
+    rb"|!--)[ >]",
+    re.IGNORECASE,
+)
+# Error classes that end a body early for reasons of the transport, not of a size limit.
+_CUT_SHORT = frozenset({"read_timeout", "connection_error", "fetch_timeout", "decoding_error"})
+_UNICODE_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 @dataclass
@@ -21,7 +57,6 @@ class FetchResult:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     rtt_s: float | None = None
-    truncated: bool = False
 
     @property
     def mime_type(self) -> str | None:
@@ -37,6 +72,47 @@ class FetchResult:
         return None
 
     @property
+    def encoding(self) -> str | None:
+        """The declared charset as a Python codec name, or None when there is none or it is no
+        text encoding Python knows (`x-nope`, `hex`): a bogus label is ignored, as browsers do."""
+        label = self.charset
+        if label is None:
+            return None
+        try:
+            name = codecs.lookup(label).name
+            b"a".decode(name, "ignore")  # LookupError for bytes-to-bytes codecs (hex, base64)
+        except LookupError:
+            return None
+        return name
+
+    @cached_property
+    def text(self) -> str:
+        """The body as text: decoded with its usable charset, else UTF-8; bad bytes replaced."""
+        return self.body.decode(self.encoding or "utf-8", "replace")
+
+    def html_source(self) -> tuple[bytes, str | None]:
+        """The body and encoding to give the HTML parser. With a usable declared charset the
+        body is handed over as UTF-8 (lxml does not know every codec Python does); without one,
+        as sent, so the parser can follow a `<meta charset>`."""
+        if self.encoding is None:
+            return self.body, None
+        return self.text.encode("utf-8"), "utf-8"
+
+    @property
+    def is_html(self) -> bool:
+        """Labelled as HTML, or unlabelled and starting like HTML (browsers sniff it too)."""
+        if self.mime_type is None:
+            return _HTML_START.match(self.body[:_SNIFF_BYTES]) is not None
+        return self.mime_type in HTML_TYPES
+
+    @property
+    def cut_short(self) -> bool:
+        """An answer that started but whose body broke off (network, timeout, bad encoding):
+        what arrived is not what the server meant to send."""
+        kind = self.error.split(":", 1)[0] if self.error else None
+        return self.status is not None and kind in _CUT_SHORT
+
+    @property
     def digest(self) -> str | None:
         """SHA-1 of the body in base32, the form Common Crawl's `content_digest` uses."""
         if self.status is None:
@@ -44,19 +120,129 @@ class FetchResult:
         return base64.b32encode(hashlib.sha1(self.body).digest()).decode("ascii")
 
 
+def looks_binary(body: bytes) -> bool:
+    """Binary data (an image, an archive): control bytes in the first bytes and no sign of
+    HTML. UTF-16 text has NUL bytes, so a body with a byte order mark is text."""
+    head = body[:_SNIFF_BYTES]
+    if head.startswith(_UNICODE_BOMS) or _HTML_START.match(head):
+        return False
+    return _BINARY_BYTES.search(head) is not None
+
+
 def classify(exc: requests.RequestException) -> str:
     """Error class for the `error` column: a short stable name, then the detail."""
+    cause = exc.args[0] if exc.args else None
     if isinstance(exc, requests.ConnectTimeout):
         kind = "connect_timeout"
-    elif isinstance(exc, requests.ReadTimeout):
-        kind = "read_timeout"
-    elif isinstance(exc, requests.ConnectionError):
-        kind = "connection_error"
+    elif isinstance(exc, requests.ReadTimeout) or isinstance(cause, ReadTimeoutError):
+        kind = "read_timeout"  # requests reports a timeout while streaming as ConnectionError
+    elif isinstance(exc, requests.exceptions.ContentDecodingError):
+        kind = "decoding_error"
+    elif isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
+        kind = "connection_error"  # ChunkedEncodingError: the connection broke mid-body
     elif isinstance(exc, requests.TooManyRedirects | requests.exceptions.InvalidURL):
         kind = "invalid_url"
     else:
         kind = "http_error"
     return f"{kind}: {str(exc)[:200]}"
+
+
+class _Watchdog:
+    """Cuts connections whose fetch passed its deadline.
+
+    urllib3's timeouts apply to each socket operation, so a server that sends a byte every few
+    seconds (headers included) holds a connection forever without tripping them; urllib3's
+    documentation suggests a watcher thread for a wall-clock limit. One thread serves every
+    session of the process and sleeps until the earliest deadline.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._keys = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, deadline: float, cut: Callable[[], None]) -> int:
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():  # not yet, or forked
+                self._thread = threading.Thread(target=self._run, name="fetch-watchdog")
+                self._thread.daemon = True
+                self._thread.start()
+            if all(deadline < due for due, _ in self._due.values()):
+                self._cond.notify()  # the thread sleeps until a later deadline
+            key = next(self._keys)
+            self._due[key] = (deadline, cut)
+            return key
+
+    def release(self, key: int) -> bool:
+        """Stop watching; True if the deadline had come and the connection was cut."""
+        with self._cond:
+            return self._due.pop(key, None) is None
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, cut) in list(self._due.items()):
+                    if deadline <= now:
+                        del self._due[key]
+                        cut()  # under the lock: `release` cannot return in between
+                soonest = min((due for due, _ in self._due.values()), default=None)
+                self._cond.wait(None if soonest is None else soonest - now)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _TrackingPool(HTTPConnectionPool):
+    """Remembers the connection it handed out last: with one connection per pool, the one a
+    request in flight uses."""
+
+    in_use: HTTPConnection | None = None
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        self.in_use = super()._get_conn(timeout)
+        return self.in_use
+
+
+class _TrackingHTTPSPool(HTTPSConnectionPool, _TrackingPool):
+    pass
+
+
+class _CuttableAdapter(HTTPAdapter):
+    """One keep-alive connection, which the watchdog can cut while a request waits on it."""
+
+    def __init__(self) -> None:
+        self._pool: HTTPConnectionPool | None = None
+        super().__init__(pool_connections=1, pool_maxsize=1)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _TrackingPool,
+            "https": _TrackingHTTPSPool,
+        }
+
+    def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> HTTPConnectionPool:
+        self._pool = super().get_connection_with_tls_context(*args, **kwargs)
+        return self._pool
+
+    def cut(self) -> None:
+        """Shut the socket of the request in flight: a read blocked on it returns at once."""
+        conn = self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
+        sock = getattr(conn, "sock", None)  # None while still connecting: connect_timeout
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _NoRedirectSession(requests.Session):
+    """The node follows redirects itself (a Location is a new URL, checked like any link), so
+    requests must not even parse one: with `allow_redirects=False` it still works out the next
+    request, and a malformed Location ("http://[::1") raises out of `get`."""
+
+    def get_redirect_target(self, resp: requests.Response) -> None:
+        return None
 
 
 class ServerSession:
@@ -68,14 +254,18 @@ class ServerSession:
 
     def __init__(self, config: CrawlConfig) -> None:
         self._config = config
-        self._session = requests.Session()
+        self._session = _NoRedirectSession()
         self._session.headers["User-Agent"] = config.user_agent
-        self._session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=1))
-        self._session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=1))
+        self._adapter = _CuttableAdapter()
+        self._session.mount("http://", self._adapter)
+        self._session.mount("https://", self._adapter)
 
     def get(self, url: str) -> FetchResult:
         config = self._config
         started = time.monotonic()
+        result = FetchResult(url=url)
+        watch = _WATCHDOG.watch(started + config.fetch_timeout_s, self._adapter.cut)
+        response: requests.Response | None = None
         try:
             response = self._session.get(
                 url,
@@ -83,31 +273,54 @@ class ServerSession:
                 allow_redirects=False,
                 timeout=(config.connect_timeout_s, config.read_timeout_s),
             )
-        except requests.RequestException as exc:
-            return FetchResult(url=url, error=classify(exc))
-        result = FetchResult(
-            url=url,
-            status=response.status_code,
-            headers={k.lower(): v for k, v in response.headers.items()},
-            rtt_s=time.monotonic() - started,
-        )
-        try:
-            chunks: list[bytes] = []
-            received = 0
-            for chunk in response.iter_content(chunk_size=65536):
-                chunks.append(chunk)
-                received += len(chunk)
-                if received > config.max_body_bytes:
-                    result.truncated = True
-                    break
-            result.body = b"".join(chunks)[: config.max_body_bytes]
+            result.status = response.status_code
+            result.headers = {k.lower(): v for k, v in response.headers.items()}
+            result.rtt_s = time.monotonic() - started
+            self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)
         finally:
-            response.close()
-        if result.truncated:
-            result.error = f"body_too_large: more than {config.max_body_bytes} bytes"
+            # Released before the response is closed, so the watchdog never shuts a socket
+            # that is already closed (its descriptor may belong to a new one by then).
+            cut = _WATCHDOG.release(watch)
+            if response is not None:
+                response.close()
+        if cut:
+            result.error = f"fetch_timeout: no complete answer within {config.fetch_timeout_s:g} s"
+        elif (
+            result.error is None
+            and result.status is not None
+            and 200 <= result.status < 300
+            and result.mime_type in HTML_TYPES
+            and looks_binary(result.body)
+        ):
+            result.error = f"not_html: binary data labelled {result.mime_type}"
         return result
+
+    def _read_body(self, response: requests.Response, result: FetchResult) -> None:
+        """Read the body into `result` within the size limits (`result.error` says which one
+        stopped it); what arrived before the stop is kept, up to the decoded limit."""
+        max_wire, max_decoded = self._config.max_body_bytes, self._config.max_decoded_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_wire:
+            result.error = f"body_too_large: Content-Length {declared}, the limit is {max_wire}"
+            return
+        body = bytearray()
+        try:
+            for chunk in response.iter_content(chunk_size=_CHUNK):
+                body += chunk
+                if response.raw.tell() > max_wire:
+                    result.error = f"body_too_large: more than {max_wire} bytes"
+                    return
+                if len(body) > max_decoded:
+                    encoding = response.headers.get("content-encoding", "identity")
+                    result.error = (
+                        f"decoded_too_large: more than {max_decoded} bytes once {encoding} "
+                        "is decoded"
+                    )
+                    return
+        finally:
+            result.body = bytes(body[:max_decoded])
 
     def close(self) -> None:
         self._session.close()

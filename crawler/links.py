@@ -25,8 +25,8 @@ def parse_html(body: bytes, url: str, encoding: str | None = None) -> ParsedPage
     """
     if not body.strip():
         return ParsedPage(title=None, links=[])
-    parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
     try:
+        parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
         root = lxml.html.document_fromstring(body, parser=parser)
     except (etree.ParserError, ValueError, LookupError):
         return ParsedPage(title=None, links=[])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from crawler.limits import REFUSAL_CLASSES
 from crawler.politeness import is_retryable
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
@@ -57,10 +58,12 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
             attempts[url] = max(attempts.get(url, 0), attempt)
             if _final(status, error):
                 checkpoint.done.add(url)
-        # The same rule as the node's: first tries count, robots.txt and its refusals do not.
+        # The same rule as the node's: first tries count; robots.txt, and URLs refused before
+        # any request (robots, limits), do not.
+        refused = ", ".join(f"'{kind}'" for kind in ("robots_disallowed", *REFUSAL_CLASSES))
         checkpoint.budget_spent = con.execute(
             "SELECT count(DISTINCT url) FILTER (WHERE attempt = 1 AND url_path <> '/robots.txt' "
-            "AND coalesce(error, '') <> 'robots_disallowed') "
+            f"AND split_part(coalesce(error, ''), ':', 1) NOT IN ({refused})) "
             f"FROM read_parquet('{commit}/*.parquet')"
         ).fetchall()[0][0]
     discovered_dir = crawl_dir / "discovered"

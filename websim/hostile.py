@@ -20,6 +20,7 @@ import socket
 import struct
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -48,13 +49,12 @@ class Request:
 class HostState:
     """What one hostile host shares across its connections."""
 
-    name: str  # "ip:port"
     spec: WebSpec
     offsite: str  # "ip:port" of a loopback server outside the hostile host, for redirects
     log: Callable[[str, int, str, int], None]  # (target, status, method, connection id)
     next_connection: Callable[[], int]
     writers: set[asyncio.StreamWriter] = field(default_factory=set)  # aborted on shutdown
-    answered: set[str] = field(default_factory=set)  # targets already answered 503 once
+    hits: Counter[str] = field(default_factory=Counter)  # requests so far per target
 
 
 class Exchange:
@@ -74,7 +74,8 @@ class Exchange:
         self.writer = writer
         self.conn = conn
 
-    def _head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+    def head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        """The status line and headers (logged as the answer to the request)."""
         self.state.log(self.request.target, status, self.request.method, self.conn)
         lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Server: websim-hostile"]
         lines += [f"{name}: {value}" for name, value in headers]
@@ -86,26 +87,22 @@ class Exchange:
         body: bytes = b"",
         content_type: str | None = HTML,
         headers: tuple[tuple[str, str], ...] = (),
-        close: bool = False,
     ) -> bool:
-        """A complete response with a Content-Length; returns whether to keep the connection."""
+        """A complete response with a Content-Length, on a connection that stays open."""
         fields = [("Content-Type", content_type)] if content_type else []
-        fields += [*headers, ("Content-Length", str(len(body)))]
-        fields.append(("Connection", "close" if close else "keep-alive"))
-        self.writer.write(self._head(status, fields) + body)
+        fields += [*headers, ("Content-Length", str(len(body))), ("Connection", "keep-alive")]
+        self.writer.write(self.head(status, fields) + body)
         await self.writer.drain()
-        return not close
+        return True
 
-    async def stream(
-        self, headers: list[tuple[str, str]], chunks: Iterator[bytes], pause_s: float = 0.0
-    ) -> bool:
+    async def stream(self, headers: list[tuple[str, str]], chunks: Iterator[bytes]) -> bool:
         """A 200 whose body is produced while it is sent; the connection closes after it (the
         client has usually hung up long before the end)."""
-        self.writer.write(self._head(200, [*headers, ("Connection", "close")]))
+        self.writer.write(self.head(200, [*headers, ("Connection", "close")]))
         for chunk in chunks:
             self.writer.write(chunk)
             await self.writer.drain()  # raises once the client is gone
-            await asyncio.sleep(pause_s)  # 0 still yields, so other hosts are served meanwhile
+            await asyncio.sleep(0)  # a full socket buffer is not needed to let other hosts in
         return False
 
     async def drip(self, data: bytes) -> bool:
@@ -153,14 +150,22 @@ def _filler(total: int) -> Iterator[bytes]:
 
 
 def _gzip_bomb(decoded: int) -> Iterator[bytes]:
-    """gzip of `decoded` zero bytes, compressed block by block (about 1 MB per GB)."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    """gzip of `decoded` zero bytes (about 1 KB per MB), at once: each 1 MB block is deflated
+    with a full flush, which resets the compressor, so every block after the first deflates to
+    the same bytes. The stream is the first block, the second repeated, and the trailer (CRC-32
+    and length, kept up along the way): no compression work per request."""
     zeros = bytes(1 << 20)
-    for _ in range(max(1, decoded // len(zeros))):
-        out = compressor.compress(zeros)
-        if out:
-            yield out
-    yield compressor.flush()
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    first = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    repeated = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    blocks = max(1, decoded // len(zeros))
+    crc = zlib.crc32(zeros)
+    yield first
+    for _ in range(blocks - 1):
+        crc = zlib.crc32(zeros, crc)
+        yield repeated
+    # An empty final deflate block, then the gzip trailer.
+    yield b"\x03\x00" + struct.pack("<II", crc, (blocks * len(zeros)) & 0xFFFFFFFF)
 
 
 # ---- the scenarios --------------------------------------------------------------------------
@@ -207,24 +212,24 @@ async def _gzip_bomb_host(ex: Exchange) -> bool | None:
 async def _drip(ex: Exchange) -> bool | None:
     body = page("drip", GOOD_PAGES)
     if ex.request.path == "/drip":
-        head = ex._head(200, [("Content-Type", HTML), ("Content-Length", str(len(body)))])
+        head = ex.head(200, [("Content-Type", HTML), ("Content-Length", str(len(body)))])
         ex.writer.write(head)
         return await ex.drip(body)
     if ex.request.path == "/drip-head":  # even the status line and headers come byte by byte
-        head = ex._head(200, [("Content-Type", HTML), ("Content-Length", str(len(body)))])
+        head = ex.head(200, [("Content-Type", HTML), ("Content-Length", str(len(body)))])
         return await ex.drip(head + body)
     return None
 
 
 async def _hang_after_headers(ex: Exchange) -> bool | None:
     if ex.request.path == "/hang":
-        return await ex.hang(ex._head(200, [("Content-Type", HTML), ("Content-Length", "1000")]))
+        return await ex.hang(ex.head(200, [("Content-Type", HTML), ("Content-Length", "1000")]))
     return None
 
 
 async def _reset_mid_body(ex: Exchange) -> bool | None:
     if ex.request.path == "/reset":
-        head = ex._head(200, [("Content-Type", HTML), ("Content-Length", str(10 * _RESET_AFTER))])
+        head = ex.head(200, [("Content-Type", HTML), ("Content-Length", str(10 * _RESET_AFTER))])
         return await ex.reset(head, next(_filler(_RESET_AFTER)))
     return None
 
@@ -265,13 +270,15 @@ async def _bad_charset(ex: Exchange) -> bool | None:
 async def _broken_html(ex: Exchange) -> bool | None:
     if ex.request.path == "/broken":
         body = (
-            b"<html><head><title>broken<body><p><b><i>unclosed <a href=/via-broken>x</b>"
+            b"<html><head><title>broken</title><body><p><b><i>unclosed <a href=/via-broken>x</b>"
             b"<table><tr><td><a href='/via-broken-2'>y</td></p></html></html><html>"
-            b'<a href="/via-broken-3" <<<>>> &#xZZZ; &bogus; <!-- never closed '
-            + b"<div>" * 100_000
-            + b"<a href='/deep-inside-comment'>"
+            b'<a href="/via-broken-3" <<<>>> &#xZZZ; &bogus; </table></table>'
+            + b"<div>" * 100_000  # deeper than the parser goes: what follows is lost
+            + b"<a href='/lost-in-the-depths'> <!-- never closed "
         )
         return await ex.send(200, body)
+    if ex.request.path == "/broken-title":  # an unclosed title swallows the whole page
+        return await ex.send(200, b"<title>" + page("broken title", ["/via-nowhere"]) * 1000)
     return None
 
 
@@ -343,7 +350,12 @@ async def _robots_500(ex: Exchange) -> bool | None:
 
 async def _robots_timeout(ex: Exchange) -> bool | None:
     if ex.request.path == "/robots.txt":
-        return await ex.hang()
+        # Every other time the headers come first: a robots.txt cut off is no robots.txt.
+        if ex.state.hits["/robots.txt"] % 2:
+            return await ex.hang()
+        return await ex.hang(
+            ex.head(200, [("Content-Type", "text/plain"), ("Content-Length", "500")])
+        )
     return None
 
 
@@ -358,10 +370,9 @@ async def _robots_garbage(ex: Exchange) -> bool | None:
 
 def _retry_after(value: Callable[[], str]) -> Handler:
     async def handler(ex: Exchange) -> bool | None:
-        target = ex.request.target
-        if ex.request.path == "/robots.txt" or target in ex.state.answered:
+        if ex.request.path == "/robots.txt" or ex.state.hits[ex.request.target] > 1:
             return None
-        ex.state.answered.add(target)  # the first request of each URL is turned away
+        # The first request of each URL is turned away.
         return await ex.send(503, b"busy\n", "text/plain", (("Retry-After", value()),))
 
     return handler
@@ -442,10 +453,16 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "broken_html",
-            "unclosed tags, junk, 100,000 nested divs",
-            ("/broken",),
+            "unclosed tags, junk, 100,000 nested divs, an unclosed title",
+            ("/broken", "/broken-title"),
             _broken_html,
-            also_expected=("/broken",),
+            also_expected=(
+                "/broken",
+                "/via-broken",
+                "/via-broken-2",
+                "/via-broken-3",
+                "/broken-title",
+            ),
         ),
         Scenario(
             "link_trap",
@@ -470,7 +487,11 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario("robots_500", "robots.txt answers 500", (), _robots_500, good_pages=False),
         Scenario(
-            "robots_timeout", "robots.txt never answers", (), _robots_timeout, good_pages=False
+            "robots_timeout",
+            "robots.txt never answers, or stops after its headers",
+            (),
+            _robots_timeout,
+            good_pages=False,
         ),
         Scenario("robots_garbage", "robots.txt is binary junk", (), _robots_garbage),
         Scenario(
@@ -514,6 +535,7 @@ def _parse(head: bytes) -> Request | None:
 
 
 async def _answer(scenario: Scenario, ex: Exchange) -> bool:
+    ex.state.hits[ex.request.target] += 1
     own = await scenario.handler(ex)
     if own is not None:
         return own
@@ -569,7 +591,7 @@ async def start(
         def host_log(target: str, status: int, method: str, conn: int, host: str = host) -> None:
             log(host, target, status, time.time(), method, conn)
 
-        state = HostState(host, spec, offsite, host_log, next_connection)
+        state = HostState(spec, offsite, host_log, next_connection)
         scenario = SCENARIOS[name]
         server = await asyncio.start_server(
             lambda r, w, s=scenario, st=state: serve_connection(s, st, r, w),

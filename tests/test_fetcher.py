@@ -1,0 +1,169 @@
+"""The fetcher against hostile servers (websim/hostile.py on loopback): every fetch ends within
+its limits with an error class, and the session stays usable afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+from crawler.config import CrawlConfig
+from crawler.fetcher import FetchResult, ServerSession, _Watchdog, looks_binary
+from websim import WebSim, WebSpec
+from websim.hostile import SCENARIOS
+
+LIMIT = 1_000_000
+CONFIG = CrawlConfig(
+    connect_timeout_s=1.0,
+    read_timeout_s=0.5,
+    fetch_timeout_s=1.0,
+    max_body_bytes=LIMIT,
+    max_decoded_bytes=LIMIT,
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_web():
+    spec = WebSpec(hosts=1, pages=5, hostile=tuple(SCENARIOS), hostile_drip_s=0.2)
+    with WebSim(spec) as sim:
+        yield sim
+
+
+@pytest.fixture
+def fetch(hostile_web):
+    sessions: list[ServerSession] = []
+
+    def get(scenario: str, path: str) -> FetchResult:
+        session = ServerSession(CONFIG)
+        sessions.append(session)
+        return session.get(hostile_web.hostile_url(scenario) + path.lstrip("/"))
+
+    yield get
+    for session in sessions:
+        session.close()
+
+
+def error_class(result: FetchResult) -> str | None:
+    return result.error.split(":", 1)[0] if result.error else None
+
+
+def test_declared_huge_body_is_refused_unread(fetch):
+    started = time.monotonic()
+    result = fetch("huge_body", "/huge")
+    assert time.monotonic() - started < 1.0
+    assert (result.status, error_class(result)) == (200, "body_too_large")
+    assert "Content-Length 1000000000" in result.error
+    assert result.body == b""
+
+
+def test_streamed_huge_body_is_cut_at_the_limit(fetch):
+    result = fetch("huge_body", "/huge-stream")
+    assert (result.status, error_class(result)) == (200, "body_too_large")
+    assert LIMIT - 65536 < len(result.body) <= LIMIT
+
+
+def test_gzip_bomb_is_cut_on_decoded_bytes_in_bounded_memory(fetch):
+    tracemalloc.start()
+    try:
+        result = fetch("gzip_bomb", "/bomb")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (result.status, error_class(result)) == (200, "decoded_too_large")
+    assert "gzip" in result.error
+    assert len(result.body) == LIMIT
+    assert peak < 4 * LIMIT  # the body, its copy and a chunk: never the 1 GB behind it
+
+
+@pytest.mark.parametrize("path", ["/drip", "/drip-head"])
+def test_drip_is_cut_at_the_fetch_deadline(fetch, path):
+    started = time.monotonic()
+    result = fetch("drip", path)
+    elapsed = time.monotonic() - started
+    assert error_class(result) == "fetch_timeout"
+    assert CONFIG.fetch_timeout_s <= elapsed < CONFIG.fetch_timeout_s + 0.5
+    # A dripping body started (status known); dripping headers never completed.
+    assert result.status == (200 if path == "/drip" else None)
+
+
+def test_session_is_usable_after_its_connection_was_cut(hostile_web):
+    session = ServerSession(CONFIG)
+    try:
+        assert error_class(session.get(hostile_web.hostile_url("drip") + "drip")) == "fetch_timeout"
+        result = session.get(hostile_web.hostile_url("drip") + "ok/0")
+        assert (result.status, result.error) == (200, None)
+    finally:
+        session.close()
+
+
+def test_hang_after_headers_is_a_read_timeout(fetch):
+    result = fetch("hang_after_headers", "/hang")
+    assert (result.status, error_class(result)) == (200, "read_timeout")
+
+
+def test_reset_mid_body_is_a_connection_error(fetch):
+    result = fetch("reset_mid_body", "/reset")
+    assert (result.status, error_class(result)) == (200, "connection_error")
+
+
+def test_binary_labelled_html_is_not_html(fetch):
+    result = fetch("binary_html", "/binary")
+    assert (result.status, error_class(result)) == (200, "not_html")
+
+
+def test_content_type_sniffing(fetch):
+    untyped = fetch("content_type", "/no-type")
+    assert (untyped.mime_type, untyped.error, untyped.is_html) == (None, None, True)
+    mislabelled = fetch("content_type", "/wrong-type")
+    assert (mislabelled.mime_type, mislabelled.is_html) == ("image/png", False)
+
+
+@pytest.mark.parametrize(
+    ("path", "encoding"),
+    [
+        ("/invalid-utf8", "utf-8"),
+        ("/unknown-charset", None),  # x-nope: no such codec
+        ("/binary-codec-charset", None),  # hex: a codec, but bytes to bytes
+        ("/wrong-charset", "iso8859-1"),
+    ],
+)
+def test_bad_charsets_decode_without_failing(fetch, path, encoding):
+    result = fetch("bad_charset", path)
+    assert (result.status, result.error, result.encoding) == (200, None, encoding)
+    body, parser_encoding = result.html_source()
+    assert parser_encoding in (None, "utf-8")
+    assert "via-" in result.text
+    if path == "/invalid-utf8":
+        assert "\ufffd" in result.text
+
+
+@pytest.mark.parametrize("path", ["/empty", "/empty-close"])
+def test_empty_200(fetch, path):
+    result = fetch("empty_body", path)
+    assert (result.status, result.error, result.body, result.is_html) == (200, None, b"", True)
+
+
+def test_garbage_location_is_returned_not_raised(fetch):
+    result = fetch("garbage_links", "/bad-redirect")
+    assert (result.status, result.error) == (302, None)
+    assert result.headers["location"] == "http://[::1"
+
+
+def test_looks_binary():
+    assert looks_binary(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    assert looks_binary(bytes(100))
+    assert not looks_binary(b"<html><body>a stray \x00 byte</body></html>")
+    assert not looks_binary("<p>caf\u00e9</p>".encode("utf-16"))  # BOM: text
+    assert not looks_binary(b"plain text\n")
+
+
+def test_watchdog_cuts_only_what_outlives_its_deadline():
+    watchdog = _Watchdog()
+    cut = threading.Event()
+    late = watchdog.watch(time.monotonic() + 0.05, cut.set)
+    on_time = watchdog.watch(time.monotonic() + 60, lambda: pytest.fail("cut too early"))
+    assert cut.wait(2.0)
+    assert watchdog.release(late) is True
+    assert watchdog.release(on_time) is False

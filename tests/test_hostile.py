@@ -1,0 +1,274 @@
+"""A crawler node against every hostile websim host at once: the crawl ends, no worker dies,
+every good page is fetched once, and each attack ends as a fetches row with its error class.
+
+Fast settings (short timeouts, a trap limit of 20, no politeness delay); bench/chaos runs the
+same scenarios one by one with the default size limits and measures memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import crawler.node
+from bench.chaos import analyse, crawl_in_process
+from crawler.addresses import AddressGuard
+from crawler.config import CrawlConfig
+from storage.views import connect
+from websim import WebSim, WebSpec
+from websim.hostile import SCENARIOS
+
+MANY_LINKS = 5000
+FAST = CrawlConfig(
+    connect_timeout_s=1.0,
+    read_timeout_s=0.5,
+    fetch_timeout_s=2.0,
+    robots_retry_s=0.2,
+    max_body_bytes=1_000_000,
+    max_decoded_bytes=1_000_000,
+    trap_max_urls_per_pattern=20,
+    write_interval_s=0.5,
+    rate_control={
+        "mode": "fixed",
+        "fixed_delay_s": 0.0,
+        "retry_after_max_s": 0.5,
+        "max_retries": 1,
+        "backoff_base_s": 0.05,
+        "backoff_cap_s": 0.2,
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_web():
+    spec = WebSpec(
+        hosts=1,
+        pages=5,
+        hostile=tuple(SCENARIOS),
+        hostile_drip_s=0.2,
+        hostile_many_links=MANY_LINKS,
+    )
+    with WebSim(spec) as sim:
+        yield sim
+
+
+class Rows:
+    """The fetches and pages of a crawl, by scenario and path."""
+
+    def __init__(self, crawl_dir: Path, sim: WebSim) -> None:
+        con = connect(crawl_dir)
+        scenario_of = {sim.hostile_host(name): name for name in SCENARIOS}
+        self.fetches: dict[str, list[tuple]] = defaultdict(list)
+        for url, status, error, attempt in con.execute(
+            "SELECT url, fetch_status, error, attempt FROM fetches ORDER BY fetch_time"
+        ).fetchall():
+            parts = urlsplit(url)
+            target = parts.path + ("?" + parts.query if parts.query else "")
+            self.fetches[scenario_of[parts.netloc]].append((target, status, error, attempt))
+        self.pages = {
+            url: outlinks
+            for url, outlinks in con.execute("SELECT url, outlink_count FROM pages").fetchall()
+        }
+
+    def errors(self, scenario: str) -> dict[str, str]:
+        """Last error class per path."""
+        return {t: e.split(":", 1)[0] for t, _, e, _ in self.fetches[scenario] if e is not None}
+
+    def targets(self, scenario: str) -> list[str]:
+        return [t for t, *_ in self.fetches[scenario] if t != "/robots.txt"]
+
+
+@pytest.fixture(scope="module")
+def hostile_crawl(hostile_web, tmp_path_factory):
+    crashes: list[BaseException | None] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = lambda args: crashes.append(args.exc_value)
+    try:
+        seeds = [hostile_web.hostile_url(name) for name in SCENARIOS]
+        scope = [hostile_web.hostile_host(name) for name in SCENARIOS]
+        crawl_dir, finished = crawl_in_process(
+            seeds, scope, tmp_path_factory.mktemp("hostile"), FAST, timeout_s=60
+        )
+    finally:
+        threading.excepthook = previous_hook
+    assert finished, "the crawl did not end"
+    assert crashes == []
+    expected = set().union(*(hostile_web.hostile_expected(name) for name in SCENARIOS))
+    return analyse(crawl_dir, seeds, expected), Rows(crawl_dir, hostile_web)
+
+
+def test_nothing_lost_nothing_twice_no_internal_errors(hostile_crawl):
+    summary, _ = hostile_crawl
+    assert summary["fetched"] == summary["expected"]
+    assert summary["lost"] == []
+    assert summary["duplicates"] == 0
+    assert "internal_error" not in summary["outcome"]
+
+
+def test_redirect_chains_stop_at_max_redirects(hostile_crawl, hostile_web):
+    _, rows = hostile_crawl
+    loop = [t for t in rows.targets("redirect_loop") if t.startswith("/loop/")]
+    assert loop == [f"/loop/{i}" for i in range(FAST.max_redirects + 1)]
+    assert rows.errors("redirect_loop") == {f"/loop/{FAST.max_redirects}": "too_many_redirects"}
+    # The 2-cycle ends by de-duplication: each URL once.
+    assert sorted(t for t in rows.targets("redirect_loop") if "cycle" in t) == [
+        "/cycle/a",
+        "/cycle/b",
+    ]
+    requested = {e["path"] for e in hostile_web.request_log()}
+    assert f"/loop/{FAST.max_redirects + 1}" not in requested
+
+
+def test_out_of_scope_redirect_is_not_followed(hostile_crawl, hostile_web):
+    log = hostile_web.request_log()
+    assert not [e for e in log if e["path"] == "/from-hostile-redirect"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "errors"),
+    [
+        ("huge_body", {"/huge": "body_too_large", "/huge-stream": "body_too_large"}),
+        ("gzip_bomb", {"/bomb": "decoded_too_large"}),
+        ("drip", {"/drip": "fetch_timeout", "/drip-head": "fetch_timeout"}),
+        ("hang_after_headers", {"/hang": "gave_up"}),
+        ("reset_mid_body", {"/reset": "gave_up"}),
+        ("binary_html", {"/binary": "not_html"}),
+        ("content_type", {}),
+        ("bad_charset", {}),
+        ("broken_html", {}),
+        ("robots_garbage", {}),
+        ("retry_after_past", {}),
+        ("retry_after_far", {}),
+        ("empty_body", {}),
+    ],
+)
+def test_each_attack_is_one_row_with_its_error_class(hostile_crawl, scenario, errors):
+    _, rows = hostile_crawl
+    assert rows.errors(scenario) == errors
+
+
+def test_retries_end_as_gave_up_after_transient_errors(hostile_crawl):
+    _, rows = hostile_crawl
+    hang = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["hang_after_headers"]]
+    assert hang.count("read_timeout") == FAST.rate_control["max_retries"]
+    resets = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["reset_mid_body"]]
+    assert resets.count("connection_error") == FAST.rate_control["max_retries"]
+
+
+def test_content_sniffing_and_pages(hostile_crawl, hostile_web):
+    _, rows = hostile_crawl
+    origin = hostile_web.hostile_url("content_type").rstrip("/")
+    assert origin + "/no-type" in rows.pages  # unlabelled HTML is sniffed and parsed
+    assert origin + "/wrong-type" not in rows.pages  # labelled image/png: not a page
+    assert "/via-wrong-type" not in rows.targets("content_type")
+    binary = hostile_web.hostile_url("binary_html") + "binary"
+    assert binary not in rows.pages
+    empty = hostile_web.hostile_url("empty_body").rstrip("/")
+    assert rows.pages[empty + "/empty"] == rows.pages[empty + "/empty-close"] == 0
+
+
+def test_link_traps_are_bounded(hostile_crawl):
+    _, rows = hostile_crawl
+    targets = rows.targets("link_trap")
+    calendar = [t for t in targets if t.startswith("/cal/")]
+    fetched = [t for t, s, e, _ in rows.fetches["link_trap"] if s is not None]
+    assert len([t for t in fetched if t.startswith("/cal/")]) == FAST.trap_max_urls_per_pattern
+    assert len(calendar) > FAST.trap_max_urls_per_pattern  # the rest: one "trap" row each
+    # Session ids are stripped: one /session page, and /ok/0?PHPSESSID=... is /ok/0.
+    assert [t for t in targets if t.startswith("/session")] == ["/session"]
+    assert targets.count("/ok/0") == 1
+    assert "/deep/x/x/x/" in fetched
+    assert rows.errors("link_trap")["/deep/x/x/x/x/"] == "trap"
+
+
+def test_many_links_page_is_kept_and_its_links_bounded(hostile_crawl, hostile_web):
+    _, rows = hostile_crawl
+    assert rows.pages[hostile_web.hostile_url("many_links") + "many"] == MANY_LINKS
+    many = [(t, s, e) for t, s, e, _ in rows.fetches["many_links"] if t.startswith("/many/")]
+    assert len(many) == MANY_LINKS  # every link recorded once...
+    assert len([t for t, s, e in many if s == 200]) == FAST.trap_max_urls_per_pattern  # ...few
+    assert {e.split(":")[0] for t, s, e in many if s is None} == {"trap"}
+
+
+def test_garbage_links_and_locations_are_skipped(hostile_crawl):
+    _, rows = hostile_crawl
+    targets = rows.targets("garbage_links")
+    assert {"/garbage", "/via-garbage", "/bad-redirect", "/long-redirect"} <= set(targets)
+    assert rows.errors("garbage_links") == {}
+    assert all(len(t) < 3000 for t in targets)
+
+
+@pytest.mark.parametrize("scenario", ["robots_500", "robots_timeout"])
+def test_unreachable_robots_txt_closes_the_host(hostile_crawl, scenario):
+    _, rows = hostile_crawl
+    assert rows.errors(scenario) | {"/robots.txt": None} == {
+        "/": "robots_unavailable",
+        "/robots.txt": None,
+    }
+    assert [t for t, s, *_ in rows.fetches[scenario] if s is not None and t != "/robots.txt"] == []
+
+
+def test_retry_after_past_or_far_is_honoured_within_bounds(hostile_crawl):
+    _, rows = hostile_crawl
+    for scenario in ("retry_after_past", "retry_after_far"):
+        by_target = defaultdict(list)
+        for target, status, _, attempt in rows.fetches[scenario]:
+            by_target[target].append((attempt, status))
+        by_target.pop("/robots.txt")
+        assert all(tries == [(1, 503), (2, 200)] for tries in by_target.values()), by_target
+
+
+def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkeypatch):
+    """A bug met while handling one answer is recorded for that URL and the crawl goes on."""
+    real_parse = crawler.node.parse_html
+
+    def parse_or_fail(body, url, encoding=None):
+        if url.endswith("/ok/1"):
+            raise RuntimeError("boom")
+        return real_parse(body, url, encoding)
+
+    monkeypatch.setattr(crawler.node, "parse_html", parse_or_fail)
+    seed = hostile_web.hostile_url("empty_body")
+    crawl_dir, finished = crawl_in_process([seed], [], tmp_path, FAST, timeout_s=30)
+    assert finished
+    summary = analyse(crawl_dir, [seed], hostile_web.hostile_expected("empty_body"))
+    assert summary["outcome"] == {"internal_error": 1}
+    assert summary["lost"] == [seed + "ok/1"]  # fetched, but not successfully
+    assert summary["duplicates"] == 0
+
+
+def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, monkeypatch):
+    """Without --allow-private a redirect to a loopback server is refused even when that server
+    is in scope: a redirect is a new URL and goes through the address check again."""
+    hostile_ip = hostile_web.hostile_host("redirect_offsite").split(":")[0]
+    target = urlsplit(hostile_web.host_urls[0]).netloc  # where its /away redirects to
+
+    def resolver(host: str, port: int) -> list[str]:
+        # The hostile host passes for a public server; the address is only checked, never
+        # connected to (requests connects to the IP literal in the URL). Every other host is
+        # an IP literal and resolves to itself.
+        return ["93.184.216.34"] if host == hostile_ip else [host]
+
+    monkeypatch.setattr(
+        crawler.node,
+        "AddressGuard",
+        lambda allow_private: AddressGuard(allow_private, resolver=resolver),
+    )
+    seed = hostile_web.hostile_url("redirect_offsite")
+    hostile_web.request_log(clear=True)
+    crawl_dir, finished = crawl_in_process(
+        [seed], [target], tmp_path, FAST, allow_private=False, timeout_s=30
+    )
+    assert finished
+    rows = connect(crawl_dir).execute("SELECT url, fetch_status, error FROM fetches").fetchall()
+    refused = [(url, error) for url, status, error in rows if urlsplit(url).netloc == target]
+    assert len(refused) == 1
+    assert refused[0][0].endswith("/from-hostile-redirect")
+    assert refused[0][1].startswith("address_refused: 127.0.1.1 resolves to loopback address")
+    assert not [e for e in hostile_web.request_log() if e["host"] == target]
+    # The hostile host itself was crawled.
+    assert {"/", "/away", "/ok/0"} <= {urlsplit(u).path for u, s, _ in rows if s is not None}
