@@ -58,7 +58,12 @@ POLITE_RPS = 5.0
 MODES: dict[str, dict[str, Any]] = {
     "adaptive": {"mode": "adaptive"},
     "fixed": {"mode": "fixed", "fixed_delay_s": 1.0 / POLITE_RPS},
-    "pid": {"mode": "pid", "target_ppm": 60.0 * POLITE_RPS, "window_s": 5.0},
+    "pid": {
+        "mode": "pid",
+        "target_ppm": 60.0 * POLITE_RPS,
+        "initial_delay_s": 1.0 / POLITE_RPS,
+        "window_s": 5.0,
+    },
 }
 
 GOALS = {"coverage": 1.0, "ban_share": 0.01, "time_over_bound": 1.25}

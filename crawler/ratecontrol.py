@@ -81,6 +81,9 @@ class RateControlConfig:
     ki: float = 0.0
     kd: float = -0.005
     smoothing: float = 1.0  # EWMA weight of the newest window's count; 1 = no smoothing
+    # The gains hold for this target (pages/min) and are scaled by (it / target_ppm)**2 for
+    # others; None uses them as given. See `PIDDelayController`.
+    pid_reference_ppm: float | None = 40.0
 
     # RTT band and concurrency controller (SPEC section 2).
     rtt_alpha: float = 0.125  # the smoothing factor `a`; 1/8 as in TCP's SRTT
@@ -132,6 +135,10 @@ class RateControlConfig:
             (self.kp < 0, "kp must be < 0 (too fast must lengthen the delay)"),
             (self.ki <= 0 and self.kd <= 0, "ki and kd must be <= 0 (same sign as kp)"),
             (0 < self.smoothing <= 1, "smoothing must be in (0, 1]"),
+            (
+                self.pid_reference_ppm is None or self.pid_reference_ppm > 0,
+                "pid_reference_ppm must be > 0",
+            ),
             (0 < self.rtt_alpha <= 1, "rtt_alpha must be in (0, 1]"),
             (self.rtt_interval_s > 0, "rtt_interval_s must be > 0"),
             (0 <= self.rtt_min_s <= self.rtt_max_s, "need 0 <= rtt_min_s <= rtt_max_s"),
@@ -424,6 +431,15 @@ class PIDDelayController(_PacedController):
     Short windows (1-5 s) therefore take small steps, which already averages their noisy
     counts; `smoothing` < 1 adds an EWMA of n on top (n <- smoothing*n + (1-smoothing)*n_prev).
 
+    Targets. Near the target s the plant is n = 60/t pages/min per fetch slot, so a change of
+    delay moves n by dn/dt = -s**2/60: the loop gain grows with the square of the target, and
+    gains that settle at the documents' 40 pages/min oscillate without bound from about 60
+    (measured: at 300 pages/min, bursts of 5000 pages/min between stalls). The gains are
+    therefore stated for `pid_reference_ppm` (40) and scaled by (40/s)**2, which leaves the
+    worked example and the documents' run unchanged and gives every target the same settling.
+    The steps are then small far from the target, so start at t0 = 60/s (or close): from
+    1 s to a 0.2 s target takes dozens of windows.
+
     Anti-windup: the delay is clamped to [max(min_delay, Crawl-delay, SRTT), max_delay]
     (below the fetch time a shorter delay changes nothing, so going lower only winds up), it
     is never negative, and the error is not integrated while the delay sits on the bound it
@@ -436,9 +452,11 @@ class PIDDelayController(_PacedController):
             raise ValueError("rate_control: mode 'pid' needs target_ppm")
         self.target = config.target_ppm
         scale = config.window_s / 60.0
-        self.kp = config.kp * scale
-        self.ki = config.ki * scale * scale
-        self.kd = config.kd * scale
+        reference = config.pid_reference_ppm
+        gain = 1.0 if reference is None else (reference / self.target) ** 2
+        self.kp = config.kp * scale * gain
+        self.ki = config.ki * scale * scale * gain
+        self.kd = config.kd * scale * gain
         self._delay = config.initial_delay_s
         self._error_sum = 0.0
         self._last_error: float | None = None
@@ -683,9 +701,9 @@ class AdaptiveRateController(_PacedController):
         banned_at = self._rate_at_start
         # The ban ends a probe: the rate had held just below banned_at.
         estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
-        if self._last_ban_at is None or self._pages_since_ban < SERVED_MIN_PAGES:
+        elapsed = 0.0 if self._last_ban_at is None else now - self._last_ban_at
+        if elapsed <= 0 or self._pages_since_ban < SERVED_MIN_PAGES:
             return cfg.ban_target_share * estimate, False
-        elapsed = now - self._last_ban_at
         served = min(banned_at, self._pages_since_ban / elapsed)
         if self._idle_since_ban > SERVED_MAX_IDLE_SHARE * elapsed:
             return cfg.ban_target_share * max(estimate, served), False

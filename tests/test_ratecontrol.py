@@ -348,6 +348,28 @@ def test_pid_event_simulation_settles(window_s: float) -> None:
     assert delay == pytest.approx(1.5, rel=0.1)
 
 
+@pytest.mark.parametrize("target", [120.0, 300.0, 1200.0])
+def test_pid_gains_are_scheduled_by_target(target: float) -> None:
+    """The same run at 3x-30x the documents' target: the plant is that many squared times more
+    sensitive, and the scheduled gains keep it as calm as at 40 pages/min."""
+    config = RateControlConfig(mode="pid", target_ppm=target, initial_delay_s=1.9 * 60 / target)
+    pid = PIDDelayController(config, 0)
+    assert pid.kp == pytest.approx(-0.045 * (40 / target) ** 2)
+    rng = random.Random(0)
+    rates = [target * 2 / 1.9]
+    for _ in range(19):
+        delay = pid.update(rates[-1])
+        rates.append(120 / max(delay, 0.001) * (1 + rng.gauss(0, 0.005)))
+    settled = settle_window(rates, target)
+    assert settled is not None and settled <= 8, [round(n) for n in rates]
+    assert_no_sustained_oscillation(rates[-10:], target)
+
+
+def test_pid_gains_as_given_without_reference() -> None:
+    config = RateControlConfig(mode="pid", target_ppm=300, pid_reference_ppm=None, window_s=60)
+    assert PIDDelayController(config, 0).kp == -0.045
+
+
 # ---- RTT concurrency (SPEC section 2) --------------------------------------------------------
 
 
