@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crawler.ratecontrol import RateControlConfig
 from crawler.scheduling import Policy
+from crawler.urls import MAX_URL_LENGTH
 
 
 class ConfigError(ValueError):
@@ -44,6 +45,24 @@ class CrawlConfig(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(15.0, gt=0)
     max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
+    # Limits against hostile servers and link traps (crawler/fetcher.py, crawler/limits.py).
+    max_decoded_bytes: int = Field(
+        10_000_000, ge=1024, description="bodies past this once gzip/deflate/br is undone"
+    )
+    fetch_timeout_s: float = Field(
+        60.0, gt=0, description="wall-clock limit on one fetch: connect, headers and body"
+    )
+    max_redirects: int = Field(10, ge=0, description="redirect hops followed from one URL")
+    max_url_length: int = Field(
+        MAX_URL_LENGTH, ge=16, le=MAX_URL_LENGTH, description="longer URLs are not fetched"
+    )
+    max_pages_per_host: int = Field(100_000, ge=1, description="URLs fetched per server")
+    trap_max_urls_per_pattern: int = Field(
+        10_000, ge=1, description="URLs fetched per server and path pattern (digits masked)"
+    )
+    trap_max_segment_repeats: int = Field(
+        3, ge=1, description="times one path segment may occur in a URL's path"
+    )
     robots_retry_s: float = Field(
         30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
     )
@@ -52,6 +71,32 @@ class CrawlConfig(BaseModel):
     )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
+    # Distribution over nodes (SPEC §4; crawler/exchange.py, crawler/dedup.py). Each
+    # optimization can be switched off for comparison.
+    exchange_batch: int = Field(
+        100, ge=1, description="URLs (or servers' worth) per call to shared state; 1: unbatched"
+    )
+    heartbeat_s: float = Field(0.25, gt=0, description="node status and send-buffer interval")
+    throughput_window: int = Field(8, ge=2, description="heartbeats in the throughput window")
+    balance: bool = Field(True, description="move servers between nodes by the water level")
+    balance_tolerance: float = Field(
+        0.25, ge=0, description="a node hands servers on above (1 + this) x its fair share"
+    )
+    dedup_cache_size: int = Field(
+        100_000, ge=0, description="LRU entries in front of the shared Bloom filter; 0: none"
+    )
+    dedup_expected_urls: int | None = Field(
+        None, ge=1, description="Bloom filter capacity; default servers x expected_pages_per_host"
+    )
+    dedup_fp_rate: float = Field(1e-6, gt=0, lt=1, description="Bloom filter false positives")
+    dedup_shards: int = Field(1, ge=1, le=64, description="Bloom filter actors")
+    shared_state_delay_s: float = Field(
+        0.0, ge=0, description="added to every call to shared state (benchmarks: a far store)"
+    )
+    surcharge_max_nodes: int = Field(
+        0, ge=0, description="nodes added while the crawl is projected past time_budget_s"
+    )
+    surcharge_check_s: float = Field(10.0, gt=0, description="interval of that projection")
     # What the plan step assumes of servers it has no earlier crawl of (see tasks/allocate.py).
     time_budget_s: float = Field(3600.0, gt=0, description="the crawl should finish within this")
     expected_pages_per_host: int = Field(1000, ge=1)
@@ -117,17 +162,14 @@ def load_config(path: str | Path | None) -> CrawlConfig:
     return config_from_dict(data)
 
 
-def with_rate_control(
-    config: CrawlConfig, mode: str | None, target_ppm: float | None
+def with_overrides(
+    config: CrawlConfig, settings: dict[str, Any], rate_control: dict[str, Any]
 ) -> CrawlConfig:
-    """The config with command-line rate-control choices laid over the file's."""
-    overrides = {
-        key: value
-        for key, value in (("mode", mode), ("target_ppm", target_ppm))
-        if value is not None
-    }
-    if not overrides:
+    """The config with command-line choices laid over the file's; None values are unset."""
+    settings = {key: value for key, value in settings.items() if value is not None}
+    rate_control = {key: value for key, value in rate_control.items() if value is not None}
+    if not settings and not rate_control:
         return config
-    return config_from_dict(
-        {**config.model_dump(), "rate_control": {**config.rate_control, **overrides}}
-    )
+    merged = {**config.model_dump(), **settings}
+    merged["rate_control"] = {**config.rate_control, **rate_control}
+    return config_from_dict(merged)

@@ -1,22 +1,41 @@
-"""The crawl coordinator: routes URLs between nodes, shares out the page budget, and decides
-when the crawl is over.
+"""The crawl coordinator: seeds the nodes, shares out the page budget, watches the nodes (a
+node that dies has its servers taken over, a crawl that falls behind its time budget gets
+surcharge nodes) and decides when the crawl is over.
 
-Plain Python over a small node interface, so it runs the same over Ray actor proxies (the
-flow) and over in-process nodes (tests).
+Nodes linked through shared state (`crawler.exchange`) send each other URLs and servers
+themselves; for nodes without a link the coordinator routes their outboxes, one batch per
+owner per poll.
+
+Plain Python over small interfaces, so it runs the same over Ray actor proxies (the flow) and
+over in-process nodes (tests).
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crawler.exchange import HostState
 from crawler.urls import host_key
+
+logger = logging.getLogger(__name__)
+
+
+class NodeLost(Exception):
+    """A node stopped answering: its process died or was killed."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"crawler node {node_id} is gone")
+        self.node_id = node_id
 
 
 class NodeHandle(Protocol):
+    """A crawler node as the coordinator reaches it; calls raise NodeLost once it is gone."""
+
     node_id: str
 
     def add_urls(self, items: list[tuple[str, int]]) -> int: ...
@@ -25,6 +44,32 @@ class NodeHandle(Protocol):
     def grant(self, pages: int) -> None: ...
     def reclaim(self) -> int: ...
     def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None: ...
+    def flush(self) -> None: ...
+
+
+class ExchangeView(Protocol):
+    """The shared exchange as the coordinator reaches it (see crawler.exchange.Exchange)."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+    def orphan(self, node_id: str) -> list[str]: ...
+    def put_hosts(self, states: list[HostState]) -> None: ...
+
+
+# (dead node, its servers) -> the servers rebuilt from the committed output, and how many
+# URLs of the page budget the dead node's committed fetches used (crawler.recovery).
+Recover = Callable[[str, list[str]], tuple[list[HostState], int]]
+
+
+@dataclass
+class Surcharge:
+    """Adds nodes while the crawl is projected to overrun its time budget (SPEC §5's
+    surcharge capacity): `launch()` starts one more node, which then takes servers from the
+    busier ones through the water level. At most `max_nodes`, one per `check_every_s`."""
+
+    budget_s: float
+    max_nodes: int
+    launch: Callable[[], NodeHandle]
+    check_every_s: float = 10.0
 
 
 @dataclass
@@ -37,18 +82,42 @@ class Progress:
     active: int
 
 
+@dataclass
+class NodeUsage:
+    node_id: str
+    kind: str  # "planned" (launched with the crawl) or "added" (surcharge, while it ran)
+    started_s: float
+    ended_s: float | None = None
+    lost: bool = False
+    last_status: dict[str, Any] = field(default_factory=dict)
+
+
 class Coordinator:
     def __init__(
         self,
         nodes: list[NodeHandle],
         owner: dict[str, str],
         max_pages: int | None,
+        exchange: ExchangeView | None = None,
+        recover: Recover | None = None,
+        surcharge: Surcharge | None = None,
     ) -> None:
         self.nodes = {node.node_id: node for node in nodes}
-        self.owner = owner  # server -> node_id
+        self.owner = owner  # server -> node_id at the start (servers move later)
         self.max_pages = max_pages
+        self.exchange = exchange
+        self.recover = recover
+        self.surcharge = surcharge
         self.unassigned_budget = max_pages or 0
+        self.granted: dict[str, int] = defaultdict(int)  # page budget held per node
         self.routed = 0
+        self.started = time.monotonic()
+        self.usage = {node_id: NodeUsage(node_id, "planned", 0.0) for node_id in self.nodes}
+        self._lost: list[str] = []
+        self._last_surcharge = self.started
+        self._samples: deque[tuple[float, int]] = deque()  # (time, URLs done) for projections
+
+    # ---- start -------------------------------------------------------------------------------
 
     def seed(self, urls: list[str]) -> None:
         self._route([(url, 0) for url in urls])
@@ -76,53 +145,124 @@ class Coordinator:
     def _grant_initial_budget(self) -> None:
         if self.max_pages is not None:
             share = max(1, self.unassigned_budget // len(self.nodes))
-            for node in self.nodes.values():
-                self._grant(node, share)
+            for node_id in list(self.nodes):
+                self._grant(node_id, share)
+
+    # ---- the loop ----------------------------------------------------------------------------
 
     def run(
         self,
         poll_s: float = 0.05,
         on_progress: Callable[[Progress], None] | None = None,
         progress_every_s: float = 2.0,
+        max_s: float | None = None,
     ) -> Progress:
-        started = time.monotonic()
-        last_report = started
+        """Until the crawl is over, or `max_s` seconds after the start (benchmarks)."""
+        last_report = time.monotonic()
         previous_activity: int | None = None
         while True:
-            statuses = [node.status() for node in self.nodes.values()]
-            moved = self._exchange()
+            while self._lost:
+                self._take_over(self._lost.pop(0))
+            statuses = self._statuses()
+            if self._lost:
+                continue
+            moved = self._exchange_outboxes()
+            snapshot = self.exchange.snapshot() if self.exchange is not None else None
             if self.max_pages is not None:
                 self._rebalance_budget(statuses)
-            progress = self._progress(statuses, started)
+            progress = self._progress(statuses)
             if on_progress is not None and time.monotonic() - last_report >= progress_every_s:
                 on_progress(progress)
                 last_report = time.monotonic()
-            activity = sum(s["activity"] for s in statuses)
-            if not moved and self._quiet(statuses) and activity == previous_activity:
+            self._consider_surcharge(progress, snapshot)
+            activity = sum(s["activity"] for s in statuses) + (snapshot["ops"] if snapshot else 0)
+            quiet = not moved and not self._lost and self._quiet(statuses, snapshot)
+            over = max_s is not None and progress.elapsed_s >= max_s
+            if over or (quiet and activity == previous_activity):
+                self._finish()
                 return progress
             previous_activity = activity
             time.sleep(poll_s)
 
-    def _grant(self, node: NodeHandle, pages: int) -> None:
+    def _statuses(self) -> list[dict[str, Any]]:
+        statuses = []
+        for node_id, node in list(self.nodes.items()):
+            try:
+                status = node.status()
+            except NodeLost:
+                self._lost.append(node_id)
+                continue
+            self.usage[node_id].last_status = status
+            statuses.append(status)
+        return statuses
+
+    def _quiet(self, statuses: list[dict[str, Any]], snapshot: dict[str, Any] | None) -> bool:
+        if snapshot is not None and (snapshot["inbox_urls"] or snapshot["pool_urls"]):
+            return False
+        budget_left = self.max_pages is None or self.unassigned_budget > 0
+        for status in statuses:
+            if status["active"] or status["outbox"]:
+                return False
+            can_progress = status["budget"] > 0 or budget_left
+            if status["queued"] and can_progress:
+                return False
+        return True
+
+    def _progress(self, statuses: list[dict[str, Any]]) -> Progress:
+        # Nodes that are gone still count with what they did.
+        counted = statuses + [u.last_status for u in self.usage.values() if u.lost]
+        return Progress(
+            elapsed_s=time.monotonic() - self.started,
+            pages=sum(s.get("pages", 0) for s in counted),
+            fetches=sum(s.get("fetches", 0) for s in counted),
+            urls_done=sum(s.get("urls_done", 0) for s in counted),
+            queued=sum(s["queued"] for s in statuses),
+            active=sum(s["active"] for s in statuses),
+        )
+
+    def _finish(self) -> None:
+        now = time.monotonic() - self.started
+        for usage in self.usage.values():
+            if usage.ended_s is None:
+                usage.ended_s = now
+
+    # ---- page budget ---------------------------------------------------------------------------
+
+    def _call(self, node_id: str, method: str, *args: Any) -> Any:
+        """A call on a node; a node that is gone is queued for takeover."""
+        try:
+            return getattr(self.nodes[node_id], method)(*args)
+        except NodeLost:
+            if node_id not in self._lost:
+                self._lost.append(node_id)
+            return None
+
+    def _grant(self, node_id: str, pages: int) -> None:
         pages = min(pages, self.unassigned_budget)
         if pages > 0:
             self.unassigned_budget -= pages
-            node.grant(pages)
+            self.granted[node_id] += pages
+            self._call(node_id, "grant", pages)
 
     def _rebalance_budget(self, statuses: list[dict[str, Any]]) -> None:
         # Budget parked on nodes with nothing to do returns to the pool for nodes with work.
         for status in statuses:
+            node_id = status["node_id"]
             if status["queued"] == 0 and status["active"] == 0 and status["budget"] > 0:
-                self.unassigned_budget += self.nodes[status["node_id"]].reclaim()
+                unused = self._call(node_id, "reclaim") or 0
+                self.unassigned_budget += unused
+                self.granted[node_id] -= unused
         hungry = [s for s in statuses if s["queued"] > 0 and s["budget"] <= 0]
         for status in hungry:
             share = max(1, self.unassigned_budget // len(hungry))
-            self._grant(self.nodes[status["node_id"]], share)
+            self._grant(status["node_id"], share)
 
-    def _exchange(self) -> int:
+    # ---- routing for nodes without a link ------------------------------------------------------
+
+    def _exchange_outboxes(self) -> int:
         moved = 0
-        for node in self.nodes.values():
-            outbox = node.take_outbox()
+        for node_id in list(self.nodes):
+            outbox = self._call(node_id, "take_outbox")
             if outbox:
                 moved += len(outbox)
                 self._route(outbox)
@@ -135,22 +275,100 @@ class Coordinator:
         for node_id, batch in batches.items():
             self.routed += self.nodes[node_id].add_urls(batch)
 
-    def _quiet(self, statuses: list[dict[str, Any]]) -> bool:
-        budget_left = self.max_pages is None or self.unassigned_budget > 0
-        for status in statuses:
-            if status["active"] or status["outbox"]:
-                return False
-            can_progress = status["budget"] > 0 or budget_left
-            if status["queued"] and can_progress:
-                return False
-        return True
+    # ---- nodes that die, nodes that join -------------------------------------------------------
 
-    def _progress(self, statuses: list[dict[str, Any]], started: float) -> Progress:
-        return Progress(
-            elapsed_s=time.monotonic() - started,
-            pages=sum(s["pages"] for s in statuses),
-            fetches=sum(s["fetches"] for s in statuses),
-            urls_done=sum(s["urls_done"] for s in statuses),
-            queued=sum(s["queued"] for s in statuses),
-            active=sum(s["active"] for s in statuses),
+    def _take_over(self, node_id: str) -> None:
+        """A node died: its servers, rebuilt from the committed output, go to the shared queue,
+        where the others take them by the water level; the budget it held but did not use
+        returns. Every live node commits its rows first, so the rebuild sees every URL the
+        dead node had been sent (the nodes record a URL before they send it)."""
+        if node_id not in self.nodes:
+            return
+        del self.nodes[node_id]
+        usage = self.usage[node_id]
+        usage.lost = True
+        usage.ended_s = time.monotonic() - self.started
+        if self.exchange is None or self.recover is None:
+            raise RuntimeError(f"crawler node {node_id} died and nothing can take its servers")
+        hosts = self.exchange.orphan(node_id)
+        for other in list(self.nodes):
+            self._call(other, "flush")
+        states, spent = self.recover(node_id, hosts)
+        self.exchange.put_hosts(states)
+        logger.warning(
+            "crawler node %s died: %d servers with %d URLs go to the others",
+            node_id,
+            len(states),
+            sum(state.urls for state in states),
         )
+        if self.max_pages is not None:
+            self.unassigned_budget += max(0, self.granted.pop(node_id, 0) - spent)
+        if not self.nodes:
+            if self.surcharge is None:
+                raise RuntimeError("every crawler node died")
+            self._add_node()
+
+    def _add_node(self) -> None:
+        assert self.surcharge is not None
+        node = self.surcharge.launch()
+        self.nodes[node.node_id] = node
+        self.usage[node.node_id] = NodeUsage(node.node_id, "added", time.monotonic() - self.started)
+        self._last_surcharge = time.monotonic()
+        logger.warning("surcharge node %s added", node.node_id)
+        if self.max_pages is not None:
+            self._grant(node.node_id, max(1, self.unassigned_budget // len(self.nodes)))
+
+    def _consider_surcharge(self, progress: Progress, snapshot: dict[str, Any] | None) -> None:
+        """Add a node when the URLs known but not done, at the rate of the last
+        `check_every_s`, would take the crawl past its time budget."""
+        plan = self.surcharge
+        if plan is None:
+            return
+        now = time.monotonic()
+        self._samples.append((now, progress.urls_done))
+        while now - self._samples[0][0] > plan.check_every_s:
+            self._samples.popleft()
+        added = sum(1 for u in self.usage.values() if u.kind == "added")
+        if added >= plan.max_nodes or now - self._last_surcharge < plan.check_every_s:
+            return
+        (t0, done0), (t1, done1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < plan.check_every_s / 2:
+            return  # not enough history for a rate
+        remaining = progress.queued
+        if snapshot is not None:
+            remaining += snapshot["inbox_urls"] + snapshot["pool_urls"]
+        rate = (done1 - done0) / (t1 - t0)
+        projected = progress.elapsed_s + (remaining / rate if rate > 0 else float("inf"))
+        if remaining and projected > plan.budget_s:
+            self._add_node()
+
+    def report(self) -> dict[str, Any]:
+        """Nodes used against nodes planned: per node its kind, lifetime and work."""
+        now = time.monotonic() - self.started
+        rows = [
+            {
+                "node_id": u.node_id,
+                "kind": u.kind,
+                "started_s": round(u.started_s, 3),
+                "ended_s": round(u.ended_s if u.ended_s is not None else now, 3),
+                "lost": u.lost,
+                "pages": u.last_status.get("pages", 0),
+                "fetches": u.last_status.get("fetches", 0),
+            }
+            for u in self.usage.values()
+        ]
+        seconds = {
+            kind: sum(r["ended_s"] - r["started_s"] for r in rows if r["kind"] == kind)
+            for kind in ("planned", "added")
+        }
+        planned = sum(1 for r in rows if r["kind"] == "planned")
+        return {
+            "nodes_planned": planned,
+            "nodes_added": sum(1 for r in rows if r["kind"] == "added"),
+            "nodes_lost": sum(1 for r in rows if r["lost"]),
+            "planned_node_s": round(seconds["planned"], 3),
+            "added_node_s": round(seconds["added"], 3),
+            # What the plan reserved: its nodes for the whole time budget.
+            "budgeted_node_s": planned * self.surcharge.budget_s if self.surcharge else None,
+            "nodes": rows,
+        }

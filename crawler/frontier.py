@@ -10,9 +10,10 @@ by the time they become eligible, and move to a heap keyed by the policy's score
 has passed. A server whose score or readiness changes gets a new entry; the old one is left in
 the heap and skipped when it surfaces (lazy invalidation: each entry carries the server's
 version at the time it was pushed), and a heap is rebuilt when stale entries outnumber the
-servers. A score can only change when the server's queue grows (it is idle then, and is
-re-entered at once) or while it is busy (it is re-entered on release), so scores in the heap
-are never out of date.
+servers. A server's own score changes only when its queue grows (it is idle then, and is
+re-entered at once) or while it is busy (it is re-entered on release). The one exception: a
+server not measured yet is costed with the node-wide means, which move as other servers are
+measured; its entry keeps the value from when it was ranked, until its next change.
 """
 
 from __future__ import annotations

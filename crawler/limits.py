@@ -46,6 +46,8 @@ def strip_session_ids(url: str) -> str:
     Only whole parameters are dropped and the rest is left as written, so a canonical URL stays
     canonical.
     """
+    if "?" not in url and ";" not in url:
+        return url  # no query and no path parameters: nothing to strip (the common case, fast)
     parts = urlsplit(url)
     path = _PATH_SESSION.sub("", parts.path)
     query = "&".join(

@@ -7,6 +7,7 @@ fetches up to `P` of its URLs over that server's keep-alive session and gives it
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -18,20 +19,24 @@ from urllib.parse import urljoin, urlsplit
 
 from crawler.addresses import AddressGuard, AddressRefused
 from crawler.config import CrawlConfig
+from crawler.exchange import HostState, PeerLink
 from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
+from crawler.limits import UrlLimits, strip_session_ids
 from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller, make_retry_policy
-from crawler.urls import BadUrl, Scope, canonical_url, host_key
+from crawler.urls import Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
 from storage.writer import CommitGroupWriter, ParquetDatasetWriter
 
-HTML_TYPES = ("text/html", "application/xhtml+xml")
+logger = logging.getLogger(__name__)
 # A worker holding a server sleeps until its next request only if that is this close; a longer
 # wait gives the connection slot to another server (politeness must not idle the node).
 LINGER_S = 0.25
+# A server taken over is not handed on again for this many heartbeats (no ping-pong).
+HOST_COOLDOWN_BEATS = 8
 UNLIMITED = 1 << 62
 
 
@@ -47,7 +52,10 @@ class CrawlerNode:
         allow_private: bool,
         max_depth: int | None,
         page_budget: int | None = None,
+        link: PeerLink | None = None,
     ) -> None:
+        """`link`: the connection to the other nodes through shared state (crawler/exchange.py);
+        without it, URLs for servers other nodes own wait in the outbox for the driver."""
         self.node_id = node_id
         self.crawl_id = crawl_id
         self.config = config
@@ -60,7 +68,14 @@ class CrawlerNode:
         self._quality = make_quality_model(config.policy, config.quality_file)
         self._sessions: dict[str, ServerSession] = {}
         self._seen: set[str] = set()
+        self._limits = UrlLimits(config)
+        # URL -> redirects that led to it, for the URLs queued from a Location header.
+        self._redirects: dict[str, int] = {}
         self._outbox: list[tuple[str, int]] = []
+        self._link = link
+        self._owned: set[str] = set()  # servers this node fetches; only it may connect to them
+        self._adopted: dict[str, float] = {}  # server -> when it was taken over
+        self._connections = 0  # worker threads started
         self._lock = threading.Condition()
         self._budget = UNLIMITED if page_budget is None else page_budget
         self._active = 0
@@ -86,11 +101,17 @@ class CrawlerNode:
         for host in hosts:
             self._add_server(host)
 
-    def _add_server(self, host: str) -> None:
+    def _add_server(self, host: str) -> Server:
+        self._owned.add(host)
+        server = self._frontier.servers.get(host)
+        if server is not None:  # owned before and handed over: its frontier entry is reused
+            return server
         controller = make_host_controller(self._rate_config, time.monotonic())
-        self._frontier.add_server(
-            Server(host, controller, requests_per_connection=self.config.requests_per_connection)
+        server = Server(
+            host, controller, requests_per_connection=self.config.requests_per_connection
         )
+        self._frontier.add_server(server)
+        return server
 
     # ---- control interface, called by the driver -------------------------------------------
 
@@ -98,13 +119,17 @@ class CrawlerNode:
         """Queue canonical URLs (with their depth) of servers this node owns; returns how many
         were new."""
         added = 0
+        elsewhere: list[tuple[str, int]] = []
         with self._lock:
             for url, depth in items:
                 if url in self._seen:
                     continue
                 host = host_key(url)
-                if host not in self._frontier.servers:
-                    raise ValueError(f"node {self.node_id} does not own {host}")
+                if host not in self._owned:
+                    if self._link is None:
+                        raise ValueError(f"node {self.node_id} does not own {host}")
+                    elsewhere.append((url, depth))  # its server moved on meanwhile
+                    continue
                 self._seen.add(url)
                 task = UrlTask(url, depth, quality=self._quality.score(url))
                 self._frontier.push(host, task, scheme=urlsplit(url).scheme)
@@ -112,6 +137,8 @@ class CrawlerNode:
             if added:
                 self.counters["activity"] += 1
                 self._lock.notify_all()
+        if elsewhere and self._link is not None:
+            self._link.forward(elsewhere)
         return added
 
     def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
@@ -152,27 +179,141 @@ class CrawlerNode:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {
+            status = {
                 "node_id": self.node_id,
                 "queued": self._frontier.queued(),
                 "active": self._active,
                 "budget": self._budget,
-                "outbox": len(self._outbox),
+                # Work held for other nodes: the outbox, or the link's buffers and calls.
+                "outbox": len(self._outbox) + (self._link.unsent() if self._link else 0),
+                "servers": len(self._owned),
                 **self.counters,
             }
+        if self._link is not None:
+            status["link"] = self._link.stats()
+        return status
+
+    def flush(self) -> None:
+        """Commit every buffered row now (a takeover reads the live nodes' output)."""
+        self._output.flush()
+
+    def export_hosts(self, want_urls: int, max_urls: int) -> list[HostState]:
+        """Give up servers from the tail of the line (those served last) holding about
+        `want_urls` queued URLs, and at most `max_urls` unless one server alone has more. Only
+        servers with no open connection qualify, none with more queued than `want_urls`
+        (moving it would not even out the load) and none adopted within the cooldown (no
+        ping-pong)."""
+        now = time.monotonic()
+        cooldown = HOST_COOLDOWN_BEATS * (self._link.settings.heartbeat_s if self._link else 0)
+        with self._lock:
+            if self._stopping:
+                return []
+            candidates = [
+                server
+                for host in self._owned
+                if not (server := self._frontier.servers[host]).busy
+                and 0 < server.pending() <= want_urls
+                and now - self._adopted.get(host, -cooldown) >= cooldown
+            ]
+            chosen: list[Server] = []
+            urls = 0
+            for server in sorted(candidates, key=lambda s: s.turn, reverse=True):
+                if chosen and (urls + server.pending() > max_urls or urls >= want_urls):
+                    break
+                chosen.append(server)
+                urls += server.pending()
+            seen: dict[str, list[str]] = {server.host: [] for server in chosen}
+            if seen:
+                for url in self._seen:
+                    # A canonical URL reads scheme://server/...: the third "/" field.
+                    if (host := url.split("/", 3)[2]) in seen:
+                        seen[host].append(url)
+            states = []
+            sessions = []
+            for server in chosen:
+                wait_s = max(0.0, server.ready_at() - now)
+                tasks = server.drain()
+                # Idle and empty now: its heap entries go stale and no worker takes it again.
+                self._frontier.release(server)
+                self._owned.discard(server.host)
+                # Its next owner decides about its URLs now (they may even come back here).
+                self._seen.difference_update(seen[server.host])
+                if (session := self._sessions.pop(server.host, None)) is not None:
+                    sessions.append(session)  # one connection per server: close ours
+                states.append(
+                    HostState(
+                        host=server.host,
+                        scheme=server.scheme,
+                        tasks=[(t.url, t.depth, t.attempt, t.quality) for t in tasks],
+                        seen=seen[server.host],
+                        robots=server.robots,
+                        controller=server.controller,
+                        robots_failures=server.robots_failures,
+                        refused=server.refused,
+                        wait_s=wait_s,
+                    )
+                )
+            if states:
+                self.counters["activity"] += 1
+        for session in sessions:
+            session.close()
+        return states
+
+    def adopt_hosts(self, states: list[HostState]) -> None:
+        """Take over servers: their queues, seen URLs, robots.txt rules and rate controllers."""
+        now = time.monotonic()
+        with self._lock:
+            for state in states:
+                server = self._add_server(state.host)
+                self._adopted[state.host] = now
+                server.scheme = state.scheme
+                if state.controller is not None:
+                    server.controller = state.controller
+                if state.robots is not None:
+                    server.robots = state.robots
+                    delay = state.robots.crawl_delay(self.config.user_agent)
+                    if delay:
+                        server.controller.set_floor_delay(delay)
+                server.robots_failures = state.robots_failures
+                server.refused = state.refused
+                server.paused_until = max(server.paused_until, now + state.wait_s)
+                self._seen.update(state.seen)
+                for url, depth, attempt, quality in state.tasks:
+                    task = UrlTask(url, depth, attempt, quality)
+                    if attempt == 1:
+                        self._frontier.push(state.host, task, scheme=state.scheme)
+                    else:
+                        self._frontier.push_retry(state.host, task, scheme=state.scheme)
+                for url, depth in state.inbox:
+                    if url not in self._seen:
+                        self._seen.add(url)
+                        task = UrlTask(url, depth, quality=self._quality.score(url))
+                        self._frontier.push(state.host, task, scheme=state.scheme)
+            self._ensure_workers()
+            self.counters["activity"] += 1
+            self._lock.notify_all()
 
     def start(self) -> None:
         ticker = threading.Thread(target=self._tick_metrics, name=f"{self.node_id}-metrics")
         ticker.daemon = True
         ticker.start()
         self._workers.append(ticker)
-        slots = min(self.config.max_connections, max(1, len(self._frontier.servers)))
-        for index in range(slots):
+        with self._lock:
+            self._ensure_workers()
+        if self._link is not None:
+            self._link.start(self)
+
+    def _ensure_workers(self) -> None:
+        """One worker per connection: as many as servers owned, up to `max_connections` (a
+        node that adopts servers gets more). Under the lock."""
+        wanted = min(self.config.max_connections, max(1, len(self._owned)))
+        while self._connections < wanted and not self._stopping:
             worker = threading.Thread(
-                target=self._work, name=f"{self.node_id}-conn{index}", daemon=True
+                target=self._work, name=f"{self.node_id}-conn{self._connections}", daemon=True
             )
             worker.start()
             self._workers.append(worker)
+            self._connections += 1
 
     def close(self) -> dict[str, Any]:
         """Stop the workers after their current fetch, flush every file, close connections."""
@@ -181,6 +322,8 @@ class CrawlerNode:
             self._lock.notify_all()
         for worker in self._workers:
             worker.join()
+        if self._link is not None:
+            self._link.stop()
         self._write_metrics()
         self._output.flush()
         self._metrics.flush()
@@ -215,6 +358,7 @@ class CrawlerNode:
             for name, value in (
                 ("queued", self._frontier.queued()),
                 ("active_connections", self._active),
+                ("servers_owned", len(self._owned)),
                 *((name, self.counters[name]) for name in ("pages", "fetches", "urls_done")),
             )
         ]
@@ -226,6 +370,11 @@ class CrawlerNode:
                 if value is not None
             ]
         self._touched.clear()
+        if self._link is not None:
+            rows += [
+                {"host": None, "metric": name, "value": float(value)}
+                for name, value in self._link.metric_values(self.counters["pages"]).items()
+            ]
         for row in rows:
             self._metrics.write(
                 {"crawl_id": self.crawl_id, "node_id": self.node_id, "time": now_wall, **row}
@@ -271,19 +420,41 @@ class CrawlerNode:
             if task is None:
                 return
             if not server.robots.allowed(task.url, self.config.user_agent):
-                self._record_fetch(FetchResult(task.url, error="robots_disallowed"), task)
-                with self._lock:
-                    self._budget += 1  # nothing was fetched: the page budget is not spent
-                    self.counters["urls_done"] += 1
+                self._refuse(task, "robots_disallowed")
                 continue
             wait = server.controller.earliest_next() - time.monotonic()
             if wait > LINGER_S:
                 self._put_back(server, task)
                 return
+            # Checked last: a URL put back above must not be counted twice. Retries were
+            # admitted with their first try.
+            refusal = self._limits.admit(task.url) if task.attempt == 1 else None
+            if refusal is not None:
+                self._refuse(task, refusal)
+                continue
             if wait > 0:
                 time.sleep(wait)
-            if not self._fetch(server, session, task):
+            try:
+                keep_connection = self._fetch(server, session, task)
+            except Exception as exc:
+                # A bug that some server's answer sets off must cost that URL, not the worker
+                # thread: a dead worker keeps its server taken and the crawl never ends.
+                logger.exception("fetching %s failed", task.url)
+                error = f"internal_error: {type(exc).__name__}: {exc}"[:300]
+                self._record_fetch(FetchResult(task.url, error=error), task)
+                with self._lock:
+                    self.counters["urls_done"] += 1
                 return
+            if not keep_connection:
+                return
+
+    def _refuse(self, task: UrlTask, error: str) -> None:
+        """Record a URL that is not fetched (robots.txt, a limit): one row, budget returned."""
+        self._record_fetch(FetchResult(task.url, error=error), task)
+        with self._lock:
+            self._budget += 1  # nothing was fetched: the page budget is not spent
+            self.counters["urls_done"] += 1
+            self._redirects.pop(task.url, None)
 
     def _address_ok(self, server: Server) -> bool:
         try:
@@ -312,8 +483,10 @@ class CrawlerNode:
             server.stats.on_response(result.status, result.rtt_s, result.headers)
         self._record_fetch(result, UrlTask(robots_url, depth=0))
         now = time.monotonic()
+        # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
+        status = None if result.cut_short else result.status
         rules = RobotsRules.from_response(
-            result.status, result.body.decode("utf-8", "replace"), now, self.config.robots_retry_s
+            status, result.body.decode("utf-8", "replace"), now, self.config.robots_retry_s
         )
         if not rules.is_unreachable:
             server.robots = rules
@@ -374,15 +547,28 @@ class CrawlerNode:
             return False
         page_row: dict[str, Any] | None = None
         discovered: list[tuple[str, int]] = []
+        foreign: list[tuple[str, int]] = []
+        with self._lock:
+            hops = self._redirects.pop(task.url, 0)
         if result.status is not None and 300 <= result.status < 400:
             location = result.headers.get("location")
-            if location:
-                discovered = self._discover([location], task.url, task.depth)
-        elif result.status == 200 and result.error is None and result.mime_type in HTML_TYPES:
-            parsed = parse_html(result.body, result.url, result.charset)
+            if location and hops >= self.config.max_redirects:
+                result.error = f"too_many_redirects: {hops} in a row, not to {location[:200]}"
+            elif location:
+                discovered = self._discover(
+                    [location], task.url, task.depth, foreign, redirects=hops + 1
+                )
+        elif result.status == 200 and result.error is None and result.is_html:
+            body, encoding = result.html_source()
+            parsed = parse_html(body, result.url, encoding)
             page_row = self._page_row(result, task, parsed)
-            discovered = self._discover(parsed.links, result.url, task.depth + 1)
+            discovered = self._discover(
+                parsed.links, result.url, task.depth + 1, foreign, canonical=True
+            )
         self._record_fetch(result, task, page_row, discovered)
+        # Sent only once their `discovered` rows are recorded: a takeover flushes the live
+        # nodes' rows, then finds there every URL a dead node had been sent.
+        self._send_foreign(foreign)
         with self._lock:
             self.counters["urls_done"] += 1
             self.counters["pages"] += page_row is not None
@@ -400,21 +586,35 @@ class CrawlerNode:
             "outlink_count": len(parsed.links),
             "depth": task.depth,
             "node_id": self.node_id,
-            "content": result.body.decode(result.charset or "utf-8", "replace"),
+            "content": result.text,
         }
 
-    def _discover(self, links: Iterable[str], source_url: str, depth: int) -> list[tuple[str, int]]:
-        """Queue the in-scope links this node has not seen (its own servers' URLs here, others'
-        in the outbox); returns them, for the discovered-URL log a resumed crawl reads."""
+    def _discover(
+        self,
+        links: Iterable[str],
+        source_url: str,
+        depth: int,
+        foreign: list[tuple[str, int]],
+        redirects: int = 0,
+        canonical: bool = False,
+    ) -> list[tuple[str, int]]:
+        """Queue the in-scope links of this node's servers it has not seen, and add to `foreign`
+        those of other nodes' servers it has not sent yet; returns both, for the
+        discovered-URL log a resumed crawl reads. `redirects`: how many redirects in a row led
+        to these links (a Location header). `canonical`: the links are canonical already
+        (parse_html's), which saves joining and canonicalizing them again."""
         if self.max_depth is not None and depth > self.max_depth:
             return []
         targets: list[str] = []
+        scope = self.scope.hosts
         for link in links:
             try:
-                url = canonical_url(urljoin(source_url, link))
-            except BadUrl:
+                url = link if canonical else canonical_url(urljoin(source_url, link))
+                url = strip_session_ids(url)
+            except ValueError:  # BadUrl, or what urljoin cannot parse (a Location "http://[::1")
                 continue
-            if url in self.scope:
+            # A canonical URL reads scheme://server/...: the server is the third "/" field.
+            if url.split("/", 3)[2] in scope:
                 targets.append(url)
         # Every in-scope link, seen or not, is part of the graph page quality is computed on.
         self._quality.observe_page(source_url, targets)
@@ -423,19 +623,36 @@ class CrawlerNode:
             for url in targets:
                 if url in self._seen:
                     continue
-                # Foreign URLs are remembered too, so each is sent to its owner only once.
-                self._seen.add(url)
-                new.append((url, depth))
-                host = host_key(url)
-                if host in self._frontier.servers:
+                host = url.split("/", 3)[2]
+                if host in self._owned:
+                    self._seen.add(url)
                     task = UrlTask(url, depth, quality=self._quality.score(url))
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
+                    if redirects:
+                        self._redirects[url] = redirects
+                elif self._link is None:
+                    # No shared filter: the node's exact set remembers foreign URLs too, so
+                    # each is sent to its owner once.
+                    self._seen.add(url)
+                    foreign.append((url, depth))
+                elif self._link.admit(url):
+                    foreign.append((url, depth))
                 else:
-                    self._outbox.append((url, depth))
+                    continue  # the dedup cache knows it was sent
+                new.append((url, depth))
             if new:
                 self.counters["activity"] += 1
                 self._lock.notify_all()
         return new
+
+    def _send_foreign(self, items: list[tuple[str, int]]) -> None:
+        if not items:
+            return
+        if self._link is not None:
+            self._link.send(items)
+        else:
+            with self._lock:
+                self._outbox += items
 
     def _record_fetch(
         self,

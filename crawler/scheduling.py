@@ -4,8 +4,8 @@ how the four policies rank servers.
 Per server `s` and its `i`-th connection:
 
 - `P(s,i) = min(RequestsPerConnection(s,i), TaskURLs(s,i))`: the requests the server allowed
-  over one connection the last time we could tell (`initial` for a new server), and the URLs
-  queued for it;
+  over one connection the last time we could tell (the configured `requests_per_connection`
+  for a new server), and the URLs queued for it;
 - `T(s,i) = 2*ConnectionTime(s,i) + P(s,i)*ResponseTime(s,i)/p`, with `p` the keep-alive
   speed-up (applied only to servers that allow more than one request per connection: a server
   that closes after every request gains nothing from keep-alive);

@@ -36,6 +36,13 @@ class RateControlMode(StrEnum):
     fixed = "fixed"
 
 
+class SchedulingPolicy(StrEnum):
+    bfs = "bfs"
+    performance = "performance"
+    quality = "quality"
+    capability = "capability"
+
+
 class UserError(Exception):
     """A mistake in what the user asked for; shown as one line, exit code 2."""
 
@@ -69,15 +76,28 @@ def crawl(
     target_ppm: Annotated[
         float | None, typer.Option(min=0.001, help="Target pages/min per server (pid, fixed).")
     ] = None,
+    policy: Annotated[
+        SchedulingPolicy | None,
+        typer.Option(help="Which server to connect to next (default: capability)."),
+    ] = None,
+    quality_file: Annotated[
+        Path | None,
+        typer.Option(help="Page quality per URL (.parquet/.csv: url, quality); else PageRank."),
+    ] = None,
 ) -> None:
     """Crawl from SEEDS through the Prefect flow `crawl` and print a summary."""
-    from crawler.config import load_config, with_rate_control
+    from crawler.config import load_config, with_overrides
     from crawler.seeds import resolve_scope
 
-    settings = with_rate_control(
+    if quality_file is not None and not quality_file.is_file():
+        raise UserError(f"no such quality file: {quality_file}")
+    settings = with_overrides(
         load_config(config),
-        mode=None if rate_control is None else rate_control.value,
-        target_ppm=target_ppm,
+        {
+            "policy": None if policy is None else policy.value,
+            "quality_file": None if quality_file is None else str(quality_file.resolve()),
+        },
+        {"mode": None if rate_control is None else rate_control.value, "target_ppm": target_ppm},
     )
     resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
     summary = _run_crawl_flow(

@@ -48,7 +48,8 @@ def crawl(
         crawl_id, out_dir, settings, specs, scope.hosts, allow_private, max_depth, max_pages
     )
     try:
-        drive_crawl(fleet, scope.seeds, max_pages, checkpoint)
+        usage = drive_crawl(fleet, scope.seeds, max_pages, checkpoint)
     finally:
         close_nodes(fleet)
-    return report_crawl(out_dir, crawl_id)
+    # Nodes used (planned, added, lost) beside the crawl's own summary.
+    return {**report_crawl(out_dir, crawl_id), "nodes": usage}

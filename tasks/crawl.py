@@ -1,12 +1,20 @@
-"""Crawl step: the Ray driver. Routes URLs between node actors until the crawl is done."""
+"""Crawl step: the Ray driver. Seeds the node actors, watches them (takeover of dead nodes,
+surcharge nodes when the crawl falls behind its time budget) until the crawl is done."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import (
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 
-from crawler.coordinator import Coordinator, Progress
+from crawler.coordinator import Coordinator, Progress, Surcharge
+from crawler.recovery import OutputRecovery
 from storage.checkpoint import Checkpoint
 from tasks.launch import Fleet
 
@@ -14,9 +22,26 @@ from tasks.launch import Fleet
 @task(name="crawl", cache_policy=NO_CACHE)
 def drive_crawl(
     fleet: Fleet, seeds: list[str], max_pages: int | None, checkpoint: Checkpoint
-) -> Progress:
+) -> dict[str, Any]:
+    """Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     logger = get_run_logger()
-    coordinator = Coordinator(fleet.nodes, fleet.owner, max_pages)
+    config = fleet.launcher.config
+    surcharge = None
+    if config.surcharge_max_nodes:
+        surcharge = Surcharge(
+            budget_s=config.time_budget_s,
+            max_nodes=config.surcharge_max_nodes,
+            launch=fleet.launcher.add_node,
+            check_every_s=config.surcharge_check_s,
+        )
+    coordinator = Coordinator(
+        fleet.nodes,
+        fleet.owner,
+        max_pages,
+        exchange=fleet.exchange,
+        recover=OutputRecovery(fleet.crawl_dir, seeds),
+        surcharge=surcharge,
+    )
     if checkpoint.empty:
         coordinator.seed(seeds)
     else:
@@ -41,5 +66,16 @@ def drive_crawl(
 
     final = coordinator.run(on_progress=report)
     update_progress_artifact(artifact_id, progress=100.0)
-    logger.info("crawl done in %.1fs: %d pages", final.elapsed_s, final.pages)
-    return final
+    usage = coordinator.report()
+    create_table_artifact(
+        usage["nodes"], key="crawl-nodes", description="crawler nodes: planned, added, lost"
+    )
+    logger.info(
+        "crawl done in %.1fs: %d pages; nodes: %d planned, %d added, %d lost",
+        final.elapsed_s,
+        final.pages,
+        usage["nodes_planned"],
+        usage["nodes_added"],
+        usage["nodes_lost"],
+    )
+    return usage

@@ -1,17 +1,24 @@
-"""Launch step: start Ray (local, or the cluster at RAY_ADDRESS) and one actor per node."""
+"""Launch step: start Ray (local, or the cluster at RAY_ADDRESS), the shared state (the task
+exchange and the Bloom filter shards) and one actor per node; and the thin adapters through
+which the coordinator and the nodes reach those actors."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
+from ray.exceptions import RayActorError
 
 from crawler.config import CrawlConfig
+from crawler.coordinator import NodeLost
+from crawler.dedup import BloomShard
+from crawler.exchange import Beat, Exchange, HostState, Item, PeerLink, Reply, link_settings
 from crawler.node import CrawlerNode
 from tasks.allocate import NodeSpec
 
@@ -23,29 +30,141 @@ class RayNode:
         self.node_id = node_id
         self.actor = actor
 
+    def _get(self, ref: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except RayActorError:
+            raise NodeLost(self.node_id) from None
+
     def add_urls(self, items: list[tuple[str, int]]) -> int:
-        return ray.get(self.actor.add_urls.remote(items))
+        return self._get(self.actor.add_urls.remote(items))
 
     def take_outbox(self) -> list[tuple[str, int]]:
-        return ray.get(self.actor.take_outbox.remote())
+        return self._get(self.actor.take_outbox.remote())
 
     def status(self) -> dict[str, Any]:
-        return ray.get(self.actor.status.remote())
+        return self._get(self.actor.status.remote())
 
     def grant(self, pages: int) -> None:
-        ray.get(self.actor.grant.remote(pages))
+        self._get(self.actor.grant.remote(pages))
 
     def reclaim(self) -> int:
-        return ray.get(self.actor.reclaim.remote())
+        return self._get(self.actor.reclaim.remote())
 
     def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
-        ray.get(self.actor.restore.remote(pending, done))
+        self._get(self.actor.restore.remote(pending, done))
+
+    def flush(self) -> None:
+        self._get(self.actor.flush.remote())
+
+
+class RayExchange:
+    """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def heartbeat(self, beat: Beat) -> Reply:
+        return ray.get(self.actor.heartbeat.remote(beat))
+
+    def push(self, node_id: str, urls: list[Item]) -> None:
+        ray.get(self.actor.push.remote(node_id, urls))
+
+    def pull(self, node_id: str, max_items: int) -> Reply:
+        return ray.get(self.actor.pull.remote(node_id, max_items))
+
+    def offer(self, node_id: str, states: list[HostState]) -> None:
+        ray.get(self.actor.offer.remote(node_id, states))
+
+    def snapshot(self) -> dict[str, Any]:
+        return ray.get(self.actor.snapshot.remote())
+
+    def orphan(self, node_id: str) -> list[str]:
+        return ray.get(self.actor.orphan.remote(node_id))
+
+    def put_hosts(self, states: list[HostState]) -> None:
+        ray.get(self.actor.put_hosts.remote(states))
+
+
+class RayFilterShard:
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def check_and_add(self, urls: list[str]) -> list[bool]:
+        return ray.get(self.actor.check_and_add.remote(urls))
+
+
+class LinkedCrawlerNode(CrawlerNode):
+    """The node actor. Its link to the shared state is built here, in the actor's process:
+    a link holds a thread and locks, which do not travel."""
+
+    def __init__(self, exchange: Any, shards: list[Any], **kwargs: Any) -> None:
+        link = PeerLink(
+            link_settings(kwargs["config"]),
+            RayExchange(exchange),
+            [RayFilterShard(shard) for shard in shards],
+        )
+        super().__init__(**kwargs, link=link)
+
+
+@dataclass
+class NodeLauncher:
+    """Starts node actors, the planned ones and any added while the crawl runs."""
+
+    crawl_id: str
+    out_dir: str
+    config: CrawlConfig
+    scope_hosts: list[str]
+    allow_private: bool
+    max_depth: int | None
+    max_pages: int | None
+    exchange: Any  # actor handles of the shared state
+    shards: list[Any]
+    launched: list[RayNode] = field(default_factory=list)
+
+    def launch(self, node_id: str, hosts: list[str], num_cpus: float, memory: int) -> RayNode:
+        actor = (
+            ray.remote(LinkedCrawlerNode)
+            .options(
+                num_cpus=num_cpus,
+                memory=memory,
+                max_concurrency=4,
+                name=f"{self.crawl_id}-{node_id}",
+            )
+            .remote(
+                exchange=self.exchange,
+                shards=self.shards,
+                node_id=node_id,
+                crawl_id=self.crawl_id,
+                out_dir=self.out_dir,
+                config=self.config,
+                hosts=hosts,
+                scope_hosts=self.scope_hosts,
+                allow_private=self.allow_private,
+                max_depth=self.max_depth,
+                page_budget=None if self.max_pages is None else 0,
+            )
+        )
+        node = RayNode(node_id, actor)
+        self.launched.append(node)
+        return node
+
+    def add_node(self) -> RayNode:
+        """A surcharge node: no servers of its own, it takes some through the water level.
+        It asks for what is left of the cluster's CPU (on one machine, it shares the cores)."""
+        free = ray.available_resources().get("CPU", 0.0)
+        node = self.launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
+        ray.get(node.actor.start.remote())
+        return node
 
 
 @dataclass
 class Fleet:
     nodes: list[RayNode]
-    owner: dict[str, str]  # server -> node_id
+    owner: dict[str, str]  # server -> node_id at the start
+    exchange: RayExchange
+    launcher: NodeLauncher
+    crawl_dir: Path
 
 
 def ensure_ray() -> None:
@@ -56,6 +175,69 @@ def ensure_ray() -> None:
             include_dashboard=False,
             log_to_driver=False,
         )
+
+
+def start_fleet(
+    crawl_id: str,
+    out_dir: str,
+    config: CrawlConfig,
+    specs: list[NodeSpec],
+    scope_hosts: list[str],
+    allow_private: bool,
+    max_depth: int | None,
+    max_pages: int | None,
+) -> Fleet:
+    """The shared state and the planned nodes, started (also used by bench/distributed)."""
+    ensure_ray()
+    owner = {host: spec.node_id for spec in specs for host in spec.hosts}
+    # The shared state is small and mostly waits: no CPU reserved for it.
+    exchange = (
+        ray.remote(Exchange)
+        .options(num_cpus=0)
+        .remote(owner, balance=config.balance, tolerance=config.balance_tolerance)
+    )
+    expected = config.dedup_expected_urls or len(scope_hosts) * config.expected_pages_per_host
+    shards = [
+        ray.remote(BloomShard)
+        .options(num_cpus=0)
+        .remote(-(-expected // config.dedup_shards), config.dedup_fp_rate)
+        for _ in range(config.dedup_shards)
+    ]
+    launcher = NodeLauncher(
+        crawl_id,
+        out_dir,
+        config,
+        scope_hosts,
+        allow_private,
+        max_depth,
+        max_pages,
+        exchange=exchange,
+        shards=shards,
+    )
+    resources = ray.cluster_resources()
+    # Each actor gets its node type's size, scaled down when the plan holds more nodes than
+    # the cluster has room for (surcharge nodes on one machine): Ray would never start them.
+    cpu_scale = min(1.0, resources.get("CPU", 1.0) / sum(spec.num_cpus for spec in specs))
+    memory_scale = min(
+        1.0, resources.get("memory", 1e9) / sum(spec.memory_gb * 1e9 for spec in specs)
+    )
+    nodes = [
+        launcher.launch(
+            spec.node_id,
+            spec.hosts,
+            spec.num_cpus * cpu_scale,
+            int(spec.memory_gb * 1e9 * memory_scale),
+        )
+        for spec in specs
+    ]
+    ray.get([node.actor.start.remote() for node in nodes])
+    return Fleet(
+        nodes=nodes,
+        owner=owner,
+        exchange=RayExchange(exchange),
+        launcher=launcher,
+        crawl_dir=Path(out_dir) / crawl_id,
+    )
 
 
 # Starting Ray or an actor can fail for passing reasons (a busy cluster, a slow node start).
@@ -75,45 +257,26 @@ def launch_nodes(
     max_depth: int | None,
     max_pages: int | None,
 ) -> Fleet:
-    ensure_ray()
-    resources = ray.cluster_resources()
-    # Each actor gets its node type's size, scaled down when the plan holds more nodes than
-    # the cluster has room for (surcharge nodes on one machine): Ray would never start them.
-    cpu_scale = min(1.0, resources.get("CPU", 1.0) / sum(spec.num_cpus for spec in specs))
-    memory_scale = min(
-        1.0, resources.get("memory", 1e9) / sum(spec.memory_gb * 1e9 for spec in specs)
+    return start_fleet(
+        crawl_id, out_dir, config, specs, scope_hosts, allow_private, max_depth, max_pages
     )
-    node_actor = ray.remote(CrawlerNode)
-    nodes: list[RayNode] = []
-    owner: dict[str, str] = {}
-    for spec in specs:
-        node_id = spec.node_id
-        actor = node_actor.options(
-            num_cpus=spec.num_cpus * cpu_scale,
-            memory=int(spec.memory_gb * 1e9 * memory_scale),
-            max_concurrency=4,
-            name=f"{crawl_id}-{node_id}",
-        ).remote(
-            node_id=node_id,
-            crawl_id=crawl_id,
-            out_dir=out_dir,
-            config=config,
-            hosts=spec.hosts,
-            scope_hosts=scope_hosts,
-            allow_private=allow_private,
-            max_depth=max_depth,
-            page_budget=None if max_pages is None else 0,
-        )
-        nodes.append(RayNode(node_id, actor))
-        owner.update(dict.fromkeys(spec.hosts, node_id))
-    ray.get([node.actor.start.remote() for node in nodes])
-    return Fleet(nodes=nodes, owner=owner)
+
+
+def stop_fleet(fleet: Fleet) -> list[dict[str, Any]]:
+    """Flush and stop every node still alive (planned or added), then the shared state."""
+    statuses = []
+    for node in fleet.launcher.launched:
+        try:
+            statuses.append(ray.get(node.actor.close.remote()))
+        except RayActorError:
+            continue  # died during the crawl: its servers were taken over
+        ray.kill(node.actor)
+    for actor in [fleet.launcher.exchange, *fleet.launcher.shards]:
+        ray.kill(actor)
+    return statuses
 
 
 @task(name="close nodes", cache_policy=NO_CACHE)
 def close_nodes(fleet: Fleet) -> list[dict[str, Any]]:
     """Flush every node's files and stop its actor; runs even when the crawl failed."""
-    statuses = ray.get([node.actor.close.remote() for node in fleet.nodes])
-    for node in fleet.nodes:
-        ray.kill(node.actor)
-    return statuses
+    return stop_fleet(fleet)

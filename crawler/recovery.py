@@ -1,0 +1,101 @@
+"""Takeover of a dead node's servers, rebuilt from the crawl's committed output.
+
+The rules are the resume rules of `storage.checkpoint`: a URL is done once a committed fetches
+row gives it a final answer (on whichever node fetched it: servers move), and every URL with a
+committed `discovered` row, or a seed, that is not done is pending. Nothing is lost because a
+node records a URL's row before it sends the URL anywhere, and the coordinator has every live
+node commit its rows before calling this; nothing is fetched twice because the dead node can
+commit nothing more. What the dead node fetched but had not committed is fetched again (and
+recorded once): a killed process cannot say which requests reached the server.
+
+Only the dead node's uncommitted files are discarded: the other nodes are alive and writing,
+and `storage.writer.discard_uncommitted` over the whole crawl would delete the first files of
+batches they are about to commit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from crawler.exchange import HostState
+from storage.checkpoint import _final as is_final  # the resume rule, defined once
+from storage.schema import COMMITTED_DATASETS, DATASETS
+
+
+class OutputRecovery:
+    def __init__(self, crawl_dir: Path, seeds: list[str]) -> None:
+        self.crawl_dir = crawl_dir
+        self.seeds = seeds
+
+    def __call__(self, node_id: str, hosts: list[str]) -> tuple[list[HostState], int]:
+        """The servers `hosts` the dead `node_id` owned, with their URLs done (as seen) and
+        pending; and how many URLs of the page budget the dead node's committed fetches
+        used (the checkpoint's rule)."""
+        self._discard_uncommitted(node_id)
+        commit = self.crawl_dir / COMMITTED_DATASETS[-1]
+        fetch_files = sorted(str(p) for p in commit.glob("*.parquet"))
+        committed = {Path(p).name for p in fetch_files}
+        discovered_files = sorted(
+            str(p) for p in (self.crawl_dir / "discovered").glob("*.parquet") if p.name in committed
+        )
+        con = duckdb.connect()
+        done: set[str] = set()
+        attempts: dict[str, int] = {}
+        spent = 0
+        if fetch_files:
+            rows = con.execute(
+                "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
+                "WHERE list_contains(?, url_host_name)",
+                [fetch_files, hosts],
+            ).fetchall()
+            for url, status, error, attempt in rows:
+                attempts[url] = max(attempts.get(url, 0), attempt)
+                if is_final(status, error):
+                    done.add(url)
+            spent = con.execute(
+                "SELECT count(DISTINCT url) FILTER (WHERE attempt = 1 "
+                "AND url_path <> '/robots.txt' AND coalesce(error, '') <> 'robots_disallowed') "
+                "FROM read_parquet(?) WHERE node_id = ?",
+                [fetch_files, node_id],
+            ).fetchall()[0][0]
+        pending: dict[str, int] = {}
+        if discovered_files:
+            for url, depth in con.execute(
+                "SELECT url, min(depth) FROM read_parquet(?) "
+                "WHERE list_contains(?, split_part(url, '/', 3)) GROUP BY url",
+                [discovered_files, hosts],
+            ).fetchall():
+                pending[url] = depth
+        states = {host: HostState(host) for host in hosts}
+        for seed in self.seeds:
+            if seed.split("/", 3)[2] in states:
+                pending.setdefault(seed, 0)
+        for url in done:
+            states[url.split("/", 3)[2]].seen.append(url)
+        for url, depth in pending.items():
+            if url in done:
+                continue
+            state = states[url.split("/", 3)[2]]
+            state.scheme = url.split(":", 1)[0]
+            attempt = attempts.get(url, 0) + 1
+            if attempt == 1:
+                state.inbox.append((url, depth))  # the adopting node scores it like a new URL
+            else:
+                state.seen.append(url)
+                state.tasks.append((url, depth, attempt, 0.0))
+        return list(states.values()), spent
+
+    def _discard_uncommitted(self, node_id: str) -> None:
+        """The dead node's temporary files, and its batch files whose fetches file (the commit)
+        was never written."""
+        commit = self.crawl_dir / COMMITTED_DATASETS[-1]
+        for name in DATASETS:
+            directory = self.crawl_dir / name
+            for temporary in directory.glob(f"{node_id}-*.tmp"):
+                temporary.unlink()
+            if name in COMMITTED_DATASETS[:-1]:
+                for path in directory.glob(f"{node_id}-*.parquet"):
+                    if not (commit / path.name).exists():
+                        path.unlink()

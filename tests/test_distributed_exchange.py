@@ -1,0 +1,165 @@
+"""The shared task exchange (water level, inboxes, the shared queue of servers) and a node's
+link to it (dedup cache, batching, remote-call accounting), in-process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from crawler.dedup import BloomShard
+from crawler.exchange import Beat, Exchange, HostState, LinkSettings, PeerLink
+
+
+def beat(node_id: str, queued: int, throughput: float = 10.0, urls=(), batch=100, deliver=None):
+    return Beat(node_id, queued, throughput, list(urls), batch, deliver)
+
+
+def url(host: str, n: int) -> tuple[str, int]:
+    return (f"http://{host}/p{n}", 1)
+
+
+def test_a_node_above_its_share_is_told_to_offer_and_one_below_takes_servers():
+    exchange = Exchange({"h1": "n0", "h2": "n0", "h3": "n1"})
+    exchange.heartbeat(beat("n1", queued=0))
+    reply = exchange.heartbeat(beat("n0", queued=1000))
+    assert reply.offer_urls == 500  # equal throughput: the fair share is half
+    state = HostState("h2", tasks=[(f"http://h2/p{i}", 1, 1, 0.0) for i in range(300)])
+    exchange.offer("n0", [state])
+    assert exchange.owner["h2"] is None
+    reply = exchange.heartbeat(beat("n1", queued=0))
+    assert [s.host for s in reply.hosts] == ["h2"]
+    assert exchange.owner["h2"] == "n1"
+    assert exchange.snapshot()["pool_hosts"] == 0
+
+
+def test_fair_share_follows_throughput():
+    exchange = Exchange({"h1": "n0", "h2": "n1"})
+    exchange.heartbeat(beat("n1", queued=0, throughput=30.0))
+    # n0 holds 400 of 400 URLs but does a quarter of the work: its share is 100.
+    assert exchange.heartbeat(beat("n0", queued=400, throughput=10.0)).offer_urls == 300
+
+
+def test_no_offer_within_the_tolerance_and_none_when_balancing_is_off():
+    exchange = Exchange({"h1": "n0", "h2": "n1"}, tolerance=0.25)
+    exchange.heartbeat(beat("n1", queued=90))
+    assert exchange.heartbeat(beat("n0", queued=110)).offer_urls == 0
+    off = Exchange({"h1": "n0", "h2": "n1"}, balance=False)
+    off.heartbeat(beat("n1", queued=0))
+    assert off.heartbeat(beat("n0", queued=1000)).offer_urls == 0
+
+
+def test_urls_reach_the_owner_with_its_heartbeat_or_one_per_call_unbatched():
+    exchange = Exchange({"h1": "n0", "h2": "n1"})
+    exchange.heartbeat(beat("n0", queued=0, urls=[url("h2", i) for i in range(3)]))
+    reply = exchange.heartbeat(beat("n1", queued=0, deliver=1))
+    assert reply.urls == [url("h2", 0)] and reply.more
+    assert exchange.pull("n1", 5).urls == [url("h2", 1), url("h2", 2)]
+    exchange.push("n0", [url("h2", 3)])
+    assert exchange.heartbeat(beat("n1", queued=0)).urls == [url("h2", 3)]
+
+
+def test_a_dead_nodes_servers_collect_urls_until_they_are_taken_over():
+    exchange = Exchange({"h1": "n0", "h2": "n1"})
+    assert exchange.orphan("n1") == ["h2"]
+    exchange.push("n0", [url("h2", 1)])
+    assert exchange.heartbeat(beat("n0", queued=0)).urls == []  # nobody owns h2 yet
+    assert exchange.snapshot()["inbox_urls"] == 1
+    exchange.put_hosts([HostState("h2", tasks=[("http://h2/p0", 0, 1, 0.0)])])
+    reply = exchange.heartbeat(beat("n0", queued=0))
+    assert [(s.host, s.inbox) for s in reply.hosts] == [("h2", [url("h2", 1)])]
+    assert exchange.owner["h2"] == "n0"
+    assert "n1" not in exchange.snapshot()["nodes"]
+
+
+def test_a_node_may_only_offer_servers_it_owns():
+    exchange = Exchange({"h1": "n0", "h2": "n1"})
+    with pytest.raises(ValueError, match="does not own"):
+        exchange.offer("n0", [HostState("h2")])
+
+
+def test_urls_of_a_server_nobody_was_given_wait_in_the_shared_queue():
+    exchange = Exchange({"h1": "n0"})
+    exchange.push("n0", [url("h9", 1)])
+    reply = exchange.heartbeat(beat("n0", queued=0))
+    assert [(s.host, s.inbox) for s in reply.hosts] == [("h9", [url("h9", 1)])]
+
+
+class FakeNode:
+    """Just what the link calls on a node."""
+
+    node_id = "n0"
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, int]] = []
+
+    def status(self) -> dict[str, Any]:
+        return {"queued": 0, "urls_done": 0}
+
+    def add_urls(self, items: list[tuple[str, int]]) -> int:
+        self.received += items
+        return len(items)
+
+    def adopt_hosts(self, states: list[HostState]) -> None:
+        pass
+
+    def export_hosts(self, want_urls: int, max_urls: int) -> list[HostState]:
+        return []
+
+
+def make_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
+    exchange = Exchange({"h1": "n0", "h2": "n1"})
+    link = PeerLink(LinkSettings(**settings), exchange, [BloomShard(10_000, 1e-6)])
+    node = FakeNode()
+    link.start(node)
+    return link, exchange, node
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():
+    link, exchange, _ = make_link(batch=1, cache_size=0, heartbeat_s=60)
+    try:
+        wait_until(lambda: link.counters["heartbeats"] == 1)
+        calls = link.counters["remote_calls"]
+        link.send([url("h2", 1), url("h2", 2), url("h2", 1)])
+        # Three checks with the filter, two hand-overs (the repeated URL is not new).
+        assert link.counters["filter_calls"] == 3
+        assert link.counters["remote_calls"] - calls == 5
+        assert exchange.snapshot()["inbox_urls"] == 2
+        assert link.unsent() == 0
+    finally:
+        link.stop()
+
+
+def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
+    link, exchange, _ = make_link(batch=100, cache_size=0, heartbeat_s=0.05)
+    try:
+        link.send([url("h2", i) for i in range(250)])
+        wait_until(lambda: exchange.snapshot()["inbox_urls"] == 250 and link.unsent() == 0)
+        assert link.counters["filter_calls"] == 3  # 100 + 100 + 50
+        assert link.counters["batch_urls"] == 250
+    finally:
+        link.stop()
+
+
+def test_the_dedup_cache_answers_repeats_without_a_remote_call_and_delay_is_counted():
+    link, exchange, node = make_link(batch=1, cache_size=100, heartbeat_s=60, delay_s=0.01)
+    try:
+        wait_until(lambda: link.counters["heartbeats"] == 1)
+        assert link.admit("http://h2/p1")
+        link.send([url("h2", 1)])
+        assert not link.admit("http://h2/p1")  # known: no remote call, not sent again
+        assert link.counters["remote_calls"] == 3  # heartbeat, check, hand-over
+        assert link.counters["remote_wait_s"] >= 0.03
+        exchange.push("n1", [url("h1", 7)])
+        link.forward([url("h2", 9)])
+    finally:
+        link.stop()
+    assert link.stats()["cache_hits"] == 1
