@@ -40,7 +40,7 @@ from typing import Any
 import matplotlib
 
 from crawler.config import config_from_dict
-from crawler.coordinator import Coordinator
+from crawler.coordinator import Coordinator, Progress
 from tasks.allocate import NodeSpec
 from tasks.launch import start_fleet, stop_fleet
 from websim import WebSim, WebSpec
@@ -80,41 +80,53 @@ BATCHES = (10, 20, 50, 100, 200)
 
 
 def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """One crawl from the hub with `nodes` node actors, for `seconds` (or until done)."""
+    """One crawl from the hub with `nodes` node actors for `seconds`. Figures are for the
+    steady state: from a third of the time to the end (the start of a crawl from one hub is
+    a few pages and cold caches)."""
     config = config_from_dict({**BASE, **settings})
     hosts = [url.split("/")[2] for url in sim.host_urls]
     specs = [
-        NodeSpec(f"node-{i}", "bench", "reserved", hosts[i::nodes], 1.0, 1.0)
-        for i in range(nodes)
+        NodeSpec(f"node-{i}", "bench", "reserved", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)
     ]
     out = tempfile.mkdtemp(prefix="bench-distributed-")
     crawl_id = f"bench-{time.time_ns()}"
     fleet = start_fleet(crawl_id, out, config, specs, hosts, True, None, None)
+    marks: list[tuple[float, list[dict[str, Any]]]] = []
+
+    def mark(progress: Progress) -> None:
+        if not marks and progress.elapsed_s >= seconds / 3:
+            marks.append((progress.elapsed_s, [n.status() for n in fleet.nodes]))
+
     try:
-        cpu_start = {n.node_id: n.status()["link"]["cpu_s"] for n in fleet.nodes}
         coordinator = Coordinator(fleet.nodes, fleet.owner, None, exchange=fleet.exchange)
         coordinator.seed([sim.hub_url])
-        progress = coordinator.run(max_s=seconds)
-        statuses = [n.status() for n in fleet.nodes]
+        progress = coordinator.run(
+            poll_s=0.1, on_progress=mark, progress_every_s=0.2, max_s=seconds
+        )
+        end = [n.status() for n in fleet.nodes]
     finally:
         stop_fleet(fleet)
         shutil.rmtree(out, ignore_errors=True)
         sim.request_log(clear=True)
-    pages = max(1, progress.pages)
+    started, start = marks[0]
 
-    def total(key: str) -> float:
-        return sum(s["link"][key] for s in statuses)
+    def delta(key: str, link: bool = True) -> list[float]:
+        return [
+            (b["link"][key] - a["link"][key]) if link else (b[key] - a[key])
+            for a, b in zip(start, end, strict=True)
+        ]
 
-    cpu = [s["link"]["cpu_s"] - cpu_start[s["node_id"]] for s in statuses]
+    pages = delta("pages", link=False)
+    cpu = delta("cpu_s")
+    hits, misses = sum(delta("cache_hits")), sum(delta("cache_misses"))
     return {
         "pages": progress.pages,
-        "seconds": progress.elapsed_s,
-        "pages_per_s": progress.pages / progress.elapsed_s,
-        "remote_calls_per_page": total("remote_calls") / pages,
-        "mean_batch": total("batch_urls") / max(1, total("batches")),
-        "cache_hit_rate": total("cache_hits") / max(1, total("cache_hits") + total("cache_misses")),
-        "hosts_moved": int(total("hosts_adopted")),
-        "pages_per_cpu_s": [s["pages"] / max(1e-9, c) for s, c in zip(statuses, cpu, strict=True)],
+        "pages_per_s": sum(pages) / (progress.elapsed_s - started),
+        "remote_calls_per_page": sum(delta("remote_calls")) / max(1, sum(pages)),
+        "mean_batch": sum(delta("batch_urls")) / max(1, sum(delta("batches"))),
+        "cache_hit_rate": hits / max(1, hits + misses),
+        "hosts_moved": int(sum(s["link"]["hosts_adopted"] for s in end)),
+        "pages_per_cpu_s": [p / max(1e-9, c) for p, c in zip(pages, cpu, strict=True)],
     }
 
 
@@ -143,7 +155,14 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    # Ray runs workers at nice 15 by default; on a shared machine the nodes measured here
+    # should not yield to whatever else runs.
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        _system_config={"worker_niceness": 0},
+    )
     variants: list[dict[str, Any]] = []
     print(f"{WEB.hosts} servers, {WEB.page_bytes // 1000} KB pages, {WEB.links_per_page} links")
     print(f"{seconds:.0f} s per crawl, {DELAY_S * 1000:.0f} ms added to every shared-state call")

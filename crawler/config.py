@@ -74,9 +74,9 @@ class CrawlConfig(BaseModel):
     # Distribution over nodes (SPEC §4; crawler/exchange.py, crawler/dedup.py). Each
     # optimization can be switched off for comparison.
     exchange_batch: int = Field(
-        100, ge=1, description="URLs (or servers' worth) per call to shared state; 1: unbatched"
+        200, ge=1, description="URLs (or servers' worth) per call to shared state; 1: unbatched"
     )
-    heartbeat_s: float = Field(0.25, gt=0, description="node status and send-buffer interval")
+    heartbeat_s: float = Field(0.5, gt=0, description="node status and send-buffer interval")
     throughput_window: int = Field(8, ge=2, description="heartbeats in the throughput window")
     balance: bool = Field(True, description="move servers between nodes by the water level")
     balance_tolerance: float = Field(

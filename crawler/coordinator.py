@@ -166,7 +166,7 @@ class Coordinator:
             statuses = self._statuses()
             if self._lost:
                 continue
-            moved = self._exchange_outboxes()
+            moved = self._exchange_outboxes(statuses)
             snapshot = self.exchange.snapshot() if self.exchange is not None else None
             if self.max_pages is not None:
                 self._rebalance_budget(statuses)
@@ -259,10 +259,12 @@ class Coordinator:
 
     # ---- routing for nodes without a link ------------------------------------------------------
 
-    def _exchange_outboxes(self) -> int:
+    def _exchange_outboxes(self, statuses: list[dict[str, Any]]) -> int:
         moved = 0
-        for node_id in list(self.nodes):
-            outbox = self._call(node_id, "take_outbox")
+        for status in statuses:
+            if "link" in status or not status["outbox"]:
+                continue  # linked nodes send their URLs themselves
+            outbox = self._call(status["node_id"], "take_outbox")
             if outbox:
                 moved += len(outbox)
                 self._route(outbox)

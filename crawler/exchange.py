@@ -8,10 +8,12 @@ every node's last heartbeat. The flow puts both in Ray actors; tests use them in
 
 The unit of work that moves between nodes is a whole server with its queue, never single URLs
 of a server: politeness allows one connection per server, and only the owner opens it. A
-server moves only while no connection to it is open, and it takes along what its next owner
-needs so that nothing is lost or fetched twice and politeness holds: its queued URLs, the exact
-set of its URLs seen so far, its robots.txt rules and its rate controller (what the server's
-limits taught it, and when its next request is allowed).
+server moves only while no connection to it is open (one with a connection leaves once its
+current request is done), and it takes along what its next owner needs so that nothing is
+lost or fetched twice and politeness holds: its queued URLs, the exact set of its URLs seen so
+far, its robots.txt rules and its rate controller (what the server's limits taught it, and
+when its next request is allowed). Not taken along: the per-server counts of crawler.limits
+(the next owner counts afresh) and the redirect hops of queued redirect targets.
 
 Double buffering (`exchange_batch` > 1): worker threads only append the foreign URLs they
 find (those the dedup cache does not know) to a buffer; the node's exchange thread checks them
@@ -52,6 +54,8 @@ T = TypeVar("T")
 Item = tuple[str, int]  # canonical URL, depth
 # Inbox pulls the exchange thread makes in one heartbeat at most (the rest waits a beat).
 MAX_PULLS_PER_BEAT = 50
+# A surplus smaller than this is not worth moving servers (two remote calls and a pause).
+MIN_SURPLUS_URLS = 10
 
 
 @dataclass
@@ -113,13 +117,18 @@ class Exchange:
         self.pool: dict[str, HostState] = {}  # the shared queue of servers, oldest first
         self.ops = 0  # changes to what is queued here, for the coordinator's end detection
         self.moved_hosts = 0
+        self.gone: set[str] = set()  # nodes declared dead (a late heartbeat must not revive)
 
     # ---- calls from nodes ------------------------------------------------------------------
 
     def heartbeat(self, beat: Beat) -> Reply:
+        """A node's level in, its new foreign URLs in; URLs for its servers out, servers to
+        take when it is below its share, or how much to hand over when above."""
+        self.push(beat.node_id, beat.urls)
+        if beat.node_id in self.gone:
+            return Reply(urls=[], hosts=[], offer_urls=0, more=False)
         level = self.levels.setdefault(beat.node_id, _Level())  # a new node registers itself
         level.queued, level.throughput = beat.queued, beat.throughput
-        self.push(beat.node_id, beat.urls)
         urls, more = self._deliver(beat.node_id, beat.deliver)
         hosts: list[HostState] = []
         offer = 0
@@ -128,7 +137,7 @@ class Exchange:
             mine = level.queued + len(urls) + self._inbox_of(beat.node_id)
             if self.pool and mine < share:
                 hosts = self._take(beat.node_id, share - mine, beat.batch)
-            elif not self.pool and mine - share > max(1.0, self.tolerance * share):
+            elif not self.pool and mine - share > max(MIN_SURPLUS_URLS, self.tolerance * share):
                 offer = int(mine - share)
         return Reply(urls=urls, hosts=hosts, offer_urls=offer, more=more)
 
@@ -157,6 +166,7 @@ class Exchange:
         """A node is gone: forget it, and return the servers it owned. They stay without an
         owner (their inbox keeps filling) until `put_hosts` brings them back."""
         self.levels.pop(node_id, None)
+        self.gone.add(node_id)
         hosts = [host for host, owner in self.owner.items() if owner == node_id]
         for host in hosts:
             self.owner[host] = None
@@ -185,19 +195,20 @@ class Exchange:
         return sum(len(v) for host, v in self.inbox.items() if self.owner.get(host) == node_id)
 
     def _deliver(self, node_id: str, max_items: int | None) -> tuple[list[Item], bool]:
+        """URLs waiting for the node's servers, at most `max_items`; and whether more wait."""
         urls: list[Item] = []
+        more = False
         for host in [h for h in self.inbox if self.owner.get(h) == node_id]:
             room = len(self.inbox[host]) if max_items is None else max_items - len(urls)
-            if room <= 0:
-                return urls, True
             waiting = self.inbox[host]
             urls += waiting[:room]
             if len(waiting) > room:
                 self.inbox[host] = waiting[room:]
-            else:
-                del self.inbox[host]
+                more = True
+                break
+            del self.inbox[host]
         self.ops += bool(urls)
-        return urls, False
+        return urls, more
 
     def _fair_share(self, node_id: str) -> float:
         """Connected vessels: all queued URLs (nodes, inboxes, shared queue) spread over the
@@ -259,8 +270,8 @@ class LinkedNode(Protocol):
 
 @dataclass(frozen=True)
 class LinkSettings:
-    batch: int = 100  # items per remote call; 1 = unbatched, synchronous
-    heartbeat_s: float = 0.25
+    batch: int = 200  # items per remote call; 1 = unbatched, synchronous
+    heartbeat_s: float = 0.5
     throughput_window: int = 8  # heartbeats in the throughput moving window
     cache_size: int = 100_000  # LRU entries of the dedup cache; 0 = no cache
     balance: bool = True
@@ -546,7 +557,7 @@ class PeerLink:
                 )
                 self._apply(node, reply)
                 pulls += 1
-            if surplus > 0 and self.settings.balance:
+            if self.settings.balance:
                 self._offer(node, surplus)
         finally:
             self._settle(1)
@@ -561,9 +572,10 @@ class PeerLink:
             self.counters["hosts_adopted"] += len(reply.hosts)
 
     def _offer(self, node: LinkedNode, want_urls: int) -> None:
-        """Hand surplus servers to the shared queue: one batch, or one server per call when
-        unbatched. A server taken from the node is in nobody's frontier until the exchange
-        has it, so the call must not fail silently: on failure the node takes it back."""
+        """Hand surplus servers (and those the node let go since the last beat) to the shared
+        queue: one batch, or one server per call when unbatched. A server taken from the node
+        is in nobody's frontier until the exchange has it, so the call must not fail silently:
+        on failure the node takes it back."""
         states = node.export_hosts(want_urls, self.settings.batch)
         groups = [states] if self.settings.batch > 1 else [[state] for state in states]
         for index, group in enumerate(groups):

@@ -71,8 +71,10 @@ def parse_html(body: bytes, url: str, encoding: str | None = None) -> ParsedPage
         origins = {"server": f"{parts.scheme}://{parts.netloc}/", "scheme": f"{parts.scheme}://_/"}
     except ValueError:
         origins = {}
-    for href in root.xpath("//a/@href | //area/@href"):
-        href = href.strip()
+    # XPath over the whole document, not root.iter(): broken markup can leave links where
+    # iterating the root element does not reach them.
+    for raw_href in root.xpath("//a/@href | //area/@href"):
+        href = raw_href.strip()
         try:
             part = _base_part(href)
             origin = origins.get(part) if part else None

@@ -75,6 +75,8 @@ class CrawlerNode:
         self._link = link
         self._owned: set[str] = set()  # servers this node fetches; only it may connect to them
         self._adopted: dict[str, float] = {}  # server -> when it was taken over
+        self._leaving: set[str] = set()  # servers to hand over once their connection closes
+        self._departed: list[HostState] = []  # servers handed over, for the link to send
         self._connections = 0  # worker threads started
         self._lock = threading.Condition()
         self._budget = UNLIMITED if page_budget is None else page_budget
@@ -184,8 +186,11 @@ class CrawlerNode:
                 "queued": self._frontier.queued(),
                 "active": self._active,
                 "budget": self._budget,
-                # Work held for other nodes: the outbox, or the link's buffers and calls.
-                "outbox": len(self._outbox) + (self._link.unsent() if self._link else 0),
+                # Work held for other nodes: the outbox, servers on their way out, or the
+                # link's buffers and calls.
+                "outbox": len(self._outbox)
+                + len(self._departed)
+                + (self._link.unsent() if self._link else 0),
                 "servers": len(self._owned),
                 **self.counters,
             }
@@ -199,20 +204,21 @@ class CrawlerNode:
 
     def export_hosts(self, want_urls: int, max_urls: int) -> list[HostState]:
         """Give up servers from the tail of the line (those served last) holding about
-        `want_urls` queued URLs, and at most `max_urls` unless one server alone has more. Only
-        servers with no open connection qualify, none with more queued than `want_urls`
-        (moving it would not even out the load) and none adopted within the cooldown (no
-        ping-pong)."""
+        `want_urls` queued URLs, and at most `max_urls` unless one server alone has more: one
+        with no open connection at once, one with a connection once that closes (it closes
+        after its current request), returned by a later call (the link calls every
+        heartbeat). None with more queued than `want_urls` qualifies (moving it would not even
+        out the load), nor one adopted within the cooldown (no ping-pong)."""
         now = time.monotonic()
         cooldown = HOST_COOLDOWN_BEATS * (self._link.settings.heartbeat_s if self._link else 0)
         with self._lock:
-            if self._stopping:
-                return []
+            states, self._departed = self._departed, []
+            if want_urls <= 0 or self._stopping:
+                return states
             candidates = [
                 server
-                for host in self._owned
-                if not (server := self._frontier.servers[host]).busy
-                and 0 < server.pending() <= want_urls
+                for host in self._owned - self._leaving
+                if 0 < (server := self._frontier.servers[host]).pending() <= want_urls
                 and now - self._adopted.get(host, -cooldown) >= cooldown
             ]
             chosen: list[Server] = []
@@ -222,41 +228,44 @@ class CrawlerNode:
                     break
                 chosen.append(server)
                 urls += server.pending()
-            seen: dict[str, list[str]] = {server.host: [] for server in chosen}
-            if seen:
-                for url in self._seen:
-                    # A canonical URL reads scheme://server/...: the third "/" field.
-                    if (host := url.split("/", 3)[2]) in seen:
-                        seen[host].append(url)
-            states = []
-            sessions = []
-            for server in chosen:
-                wait_s = max(0.0, server.ready_at() - now)
-                tasks = server.drain()
-                # Idle and empty now: its heap entries go stale and no worker takes it again.
-                self._frontier.release(server)
-                self._owned.discard(server.host)
-                # Its next owner decides about its URLs now (they may even come back here).
-                self._seen.difference_update(seen[server.host])
-                if (session := self._sessions.pop(server.host, None)) is not None:
-                    sessions.append(session)  # one connection per server: close ours
-                states.append(
-                    HostState(
-                        host=server.host,
-                        scheme=server.scheme,
-                        tasks=[(t.url, t.depth, t.attempt, t.quality) for t in tasks],
-                        seen=seen[server.host],
-                        robots=server.robots,
-                        controller=server.controller,
-                        robots_failures=server.robots_failures,
-                        refused=server.refused,
-                        wait_s=wait_s,
-                    )
+            self._leaving.update(server.host for server in chosen if server.busy)
+            states += self._export_locked([server for server in chosen if not server.busy], now)
+            return states
+
+    def _export_locked(self, servers: list[Server], now: float) -> list[HostState]:
+        """Take idle servers out of this node, with all their next owner needs."""
+        seen: dict[str, list[str]] = {server.host: [] for server in servers}
+        if seen:
+            for url in self._seen:
+                # A canonical URL reads scheme://server/...: the third "/" field.
+                if (host := url.split("/", 3)[2]) in seen:
+                    seen[host].append(url)
+        states = []
+        for server in servers:
+            wait_s = max(0.0, server.ready_at() - now)
+            tasks = server.drain()
+            # Idle and empty now: its heap entries go stale and no worker takes it again.
+            self._frontier.release(server)
+            self._owned.discard(server.host)
+            # Its next owner decides about its URLs now (they may even come back here).
+            self._seen.difference_update(seen[server.host])
+            if (session := self._sessions.pop(server.host, None)) is not None:
+                session.close()  # one connection per server: ours goes
+            states.append(
+                HostState(
+                    host=server.host,
+                    scheme=server.scheme,
+                    tasks=[(t.url, t.depth, t.attempt, t.quality) for t in tasks],
+                    seen=seen[server.host],
+                    robots=server.robots,
+                    controller=server.controller,
+                    robots_failures=server.robots_failures,
+                    refused=server.refused,
+                    wait_s=wait_s,
                 )
-            if states:
-                self.counters["activity"] += 1
-        for session in sessions:
-            session.close()
+            )
+        if states:
+            self.counters["activity"] += 1
         return states
 
     def adopt_hosts(self, states: list[HostState]) -> None:
@@ -389,7 +398,8 @@ class CrawlerNode:
                     return
                 server = self._frontier.acquire(time.monotonic()) if self._budget > 0 else None
                 if server is None:
-                    self._lock.wait(timeout=self._idle_wait())
+                    # Without page budget only a grant (which notifies) can bring work.
+                    self._lock.wait(timeout=self._idle_wait() if self._budget > 0 else 0.5)
                     continue
                 self._active += 1
             try:
@@ -397,6 +407,10 @@ class CrawlerNode:
             finally:
                 with self._lock:
                     self._frontier.release(server)
+                    if server.host in self._leaving:
+                        # Its connection is closed: it can go to the node that takes it.
+                        self._leaving.discard(server.host)
+                        self._departed += self._export_locked([server], time.monotonic())
                     self._active -= 1
                     self.counters["activity"] += 1
                     self._lock.notify_all()
@@ -505,7 +519,7 @@ class CrawlerNode:
 
     def _next_task(self, server: Server) -> UrlTask | None:
         with self._lock:
-            if self._stopping:
+            if self._stopping or server.host in self._leaving:
                 return None
             task = server.next_task(time.monotonic(), new_allowed=self._budget > 0)
             if task is not None and task.attempt == 1:

@@ -64,7 +64,8 @@ def drive_crawl(
             progress.active,
         )
 
-    final = coordinator.run(on_progress=report)
+    # Linked nodes route URLs themselves: the driver only watches, so it need not poll often.
+    final = coordinator.run(poll_s=0.1, on_progress=report)
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
     create_table_artifact(

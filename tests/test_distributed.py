@@ -1,0 +1,256 @@
+"""Crawls over several nodes linked through shared state (SPEC §4): servers move between nodes
+by the water level, nodes join with nothing and take work, a node that dies has its servers
+taken over, and every reachable page is fetched exactly once.
+
+The in-process tests run real nodes over websim with the exchange and the Bloom filter as
+plain objects; the Ray tests run the flow and kill a node actor, or let it add one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawler.config import config_from_dict
+from crawler.coordinator import Coordinator, NodeLost
+from crawler.dedup import BloomShard
+from crawler.exchange import Exchange, PeerLink, link_settings
+from crawler.node import CrawlerNode
+from crawler.recovery import OutputRecovery
+from crawlflow.demo import coverage
+from storage.views import connect
+from websim import WebSim, WebSpec
+
+SETTINGS = {
+    "heartbeat_s": 0.05,
+    "write_interval_s": 0.2,
+    "rate_control": {"mode": "fixed", "fixed_delay_s": 0.02},
+}
+
+
+class Serialized:
+    """Calls one at a time, as the Ray actor holding the object would take them."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        def call(*args: Any) -> Any:
+            with self._lock:
+                return method(*args)
+
+        return call
+
+
+class Mortal:
+    """An in-process node that can crash: it stops at once without committing its buffered
+    rows, and every call afterwards raises NodeLost, as a killed Ray actor's would."""
+
+    def __init__(self, node: CrawlerNode) -> None:
+        self.node = node
+        self.node_id = node.node_id
+        self.dead = False
+
+    def crash(self) -> None:
+        node = self.node
+        self.dead = True
+        with node._lock:  # what SIGKILL does, minus the flush that close() would do
+            node._stopping = True
+            node._lock.notify_all()
+        for thread in node._workers:
+            thread.join()
+        node._link.stop()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.node, name)
+
+        def call(*args: Any) -> Any:
+            if self.dead:
+                raise NodeLost(self.node_id)
+            return method(*args)
+
+        return call
+
+
+@pytest.fixture(scope="module")
+def web():
+    spec = WebSpec(
+        hosts=6, pages=700, seed=21, rate_limit_rps=None, latency_ms=(1.0, 3.0), robots_share=0.6
+    )
+    with WebSim(spec) as sim:
+        yield sim
+
+
+def in_process_crawl(
+    sim: WebSim,
+    out: Path,
+    assignment: list[list[str]],
+    kill_after: int | None = None,
+    max_pages: int | None = None,
+) -> tuple[list[Mortal], Exchange, dict[str, Any]]:
+    """Crawl from the hub with one node per entry of `assignment` (its servers); with
+    `kill_after`, node-1 crashes once it has fetched that many URLs."""
+    sim.request_log(clear=True)
+    config = config_from_dict(SETTINGS)
+    hosts = [url.split("/")[2] for url in sim.host_urls]
+    owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
+    exchange = Exchange(owner)
+    shared, shard = Serialized(exchange), Serialized(BloomShard(100_000, 1e-6))
+    nodes = [
+        Mortal(
+            CrawlerNode(
+                f"node-{i}",
+                "c",
+                str(out),
+                config,
+                owned,
+                hosts,
+                True,
+                None,
+                page_budget=None if max_pages is None else 0,
+                link=PeerLink(link_settings(config), shared, [shard]),
+            )
+        )
+        for i, owned in enumerate(assignment)
+    ]
+    for node in nodes:
+        node.node.start()
+    coordinator = Coordinator(
+        nodes, owner, max_pages, exchange=shared, recover=OutputRecovery(out / "c", [sim.hub_url])
+    )
+    coordinator.seed([sim.hub_url])
+    if kill_after is not None:
+
+        def killer() -> None:
+            while nodes[1].node.status()["fetches"] < kill_after:
+                time.sleep(0.01)
+            nodes[1].crash()
+
+        threading.Thread(target=killer, daemon=True).start()
+    coordinator.run(poll_s=0.02, max_s=120)
+    for node in nodes:
+        if not node.dead:
+            node.node.close()
+    return nodes, exchange, coordinator.report()
+
+
+def assert_exactly_once(sim: WebSim, crawl_dir: Path) -> None:
+    result = coverage(crawl_dir, sim.reachable_allowed_urls())
+    assert result["missing"] == [] and result["coverage"] == 1.0
+    assert result["duplicates"] == 0
+    (duplicate_pages,) = (
+        connect(crawl_dir).execute("SELECT count(*) - count(DISTINCT url) FROM pages").fetchall()[0]
+    )
+    assert duplicate_pages == 0
+
+
+def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_path):
+    hosts = [url.split("/")[2] for url in web.host_urls]
+    nodes, exchange, _ = in_process_crawl(web, tmp_path, [hosts, [], []])
+    assert_exactly_once(web, tmp_path / "c")
+    # Servers moved with their queues, seen sets and robots.txt rules: no request repeated.
+    requested = [entry["host"] + entry["path"] for entry in web.request_log()]
+    assert len(requested) == len(set(requested))
+    assert exchange.moved_hosts >= 2
+    assert all(node.node.status()["fetches"] > 0 for node in nodes)
+    link = nodes[0].node.status()["link"]
+    assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
+
+
+def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
+    hosts = [url.split("/")[2] for url in web.host_urls]
+    nodes, _, report = in_process_crawl(web, tmp_path, [hosts[0::2], hosts[1::2]], kill_after=40)
+    assert nodes[1].dead
+    assert report["nodes_lost"] == 1
+    assert_exactly_once(web, tmp_path / "c")
+    lost = {row["node_id"]: row["lost"] for row in report["nodes"]}
+    assert lost == {"node-0": False, "node-1": True}
+
+
+def test_the_page_budget_holds_across_linked_nodes(web, tmp_path):
+    hosts = [url.split("/")[2] for url in web.host_urls]
+    in_process_crawl(web, tmp_path, [hosts[:1], hosts[1:], []], max_pages=150)
+    (first_tries,) = (
+        connect(tmp_path / "c")
+        .execute(
+            "SELECT count(DISTINCT url) FROM fetches WHERE attempt = 1 "
+            "AND url_path <> '/robots.txt' AND coalesce(error, '') <> 'robots_disallowed'"
+        )
+        .fetchall()[0]
+    )
+    assert first_tries == 150
+
+
+@pytest.fixture(scope="module")
+def slow_web():
+    # Hidden limits of about 10 requests/s per server: the crawl lasts long enough to kill a
+    # node in the middle of it.
+    spec = WebSpec(hosts=6, pages=500, seed=5, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
+    with WebSim(spec) as sim:
+        yield sim
+
+
+def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
+    slow_web, ray_session, prefect_api, tmp_path
+):
+    from flows.crawl import crawl
+
+    crawl_dir = tmp_path / "killed"
+    killed = threading.Event()
+
+    def killer() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if len(list((crawl_dir / "fetches").glob("node-1-*.parquet"))) >= 5:
+                ray_session.kill(ray_session.get_actor("killed-node-1"))
+                killed.set()
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=killer, daemon=True).start()
+    summary = crawl(
+        seeds=[slow_web.hub_url],
+        allow=[url.split("/")[2] for url in slow_web.host_urls],
+        allow_private=True,
+        nodes=2,
+        out_dir=str(tmp_path),
+        crawl_id="killed",
+        config={"write_interval_s": 0.2, "heartbeat_s": 0.1},
+    )
+    assert killed.is_set()
+    assert summary["nodes"]["nodes_lost"] == 1
+    assert summary["duplicate_pages"] == 0
+    assert_exactly_once(slow_web, crawl_dir)
+
+
+def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(
+    slow_web, ray_session, prefect_api, tmp_path
+):
+    from flows.crawl import crawl
+
+    summary = crawl(
+        seeds=[slow_web.hub_url],
+        allow=[url.split("/")[2] for url in slow_web.host_urls],
+        allow_private=True,
+        nodes=1,
+        out_dir=str(tmp_path),
+        crawl_id="surcharged",
+        config={
+            "heartbeat_s": 0.1,
+            "time_budget_s": 2.0,
+            "surcharge_max_nodes": 1,
+            "surcharge_check_s": 1.0,
+        },
+    )
+    nodes = summary["nodes"]
+    assert (nodes["nodes_planned"], nodes["nodes_added"]) == (1, 1)
+    added = [row for row in nodes["nodes"] if row["kind"] == "added"]
+    assert added[0]["fetches"] > 0
+    assert nodes["added_node_s"] > 0
+    assert_exactly_once(slow_web, tmp_path / "surcharged")
