@@ -7,11 +7,12 @@ Who decides what, and what a false positive costs:
   those servers it has seen (queued or done), and that set moves with a server when the server
   moves to another node. A node therefore never consults the shared filter about its own URLs,
   and a false positive can never make it drop one of them, nor can a URL be fetched twice.
-- The shared filter only answers "has some node already sent this URL to its owner?" for URLs
-  of servers the asking node does not own. "No" adds the URL, and the node sends it to the
-  owner, who drops it if its exact set knows it (the filter is an optimisation, never the
-  judge of a duplicate fetch).
-- A false positive ("seen" for a URL nobody sent) means the URL is not sent. Since the filter
+- The shared filter only answers "has some node already sent this URL to its owner?", for the
+  URLs nodes send to the exchange (`crawler.exchange`): those of servers the sender does not
+  own, and only those its LRU cache does not know. "No" adds the URL, and the exchange passes
+  it to the owner, who drops it if its exact set knows it (the filter saves traffic; it never
+  judges a duplicate fetch).
+- A false positive ("seen" for a URL nobody sent) means the URL is not passed on. As the filter
   gives the same answer to every node, it is lost unless its owner finds it through a link on
   one of its own servers: a false positive can at worst drop a page that only other servers
   link to, with probability `dedup_fp_rate` per such URL. The URL still has its `discovered`
@@ -19,7 +20,8 @@ Who decides what, and what a false positive costs:
   of a million cross-server URLs expects to lose one.
 
 The filter is sized for `expected_urls` items at `fp_rate`; past that many items the rate
-rises (about doubling with every 10% more at the default rate), so size it from the plan.
+rises fast (at the default rate, each 10% more items makes it about 3.7 times higher), so the
+flow sizes it from the plan (servers x expected pages per server) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rbloom import Bloom
 
 
 class BloomShard:
-    """One shard of the shared filter (lives in a Ray actor; calls are serialized there)."""
+    """One shard of the shared filter (a Ray actor in the flow: its calls are serialized)."""
 
     def __init__(self, expected_urls: int, fp_rate: float) -> None:
         self._bloom = Bloom(max(1, expected_urls), fp_rate)

@@ -2,9 +2,11 @@
 
 Nodes are peers: each fetches the servers it owns and parses what it fetched; URLs it finds
 for servers another node owns go, through the shared state, to that owner. The shared state is
-two things: the Bloom filter shards (`crawler.dedup`) and the `Exchange` below, which holds the
-ownership map, an inbox of URLs per server, the shared queue of servers between owners, and
-every node's last heartbeat. The flow puts both in Ray actors; tests use them in-process.
+the `Exchange` below, which holds the ownership map, an inbox of URLs per server, the shared
+queue of servers between owners and every node's last heartbeat, and the Bloom filter shards
+(`crawler.dedup`) behind it: URLs sent to the exchange are checked with the filter there, so a
+batch of URLs costs a node one round trip (as a script on the store would), not two. The flow
+puts each in a Ray actor; tests use them in-process.
 
 The unit of work that moves between nodes is a whole server with its queue, never single URLs
 of a server: politeness allows one connection per server, and only the owner opens it. A
@@ -16,15 +18,14 @@ when its next request is allowed). Not taken along: the per-server counts of cra
 (the next owner counts afresh) and the redirect hops of queued redirect targets.
 
 Double buffering (`exchange_batch` > 1): worker threads only append the foreign URLs they
-find (those the dedup cache does not know) to a buffer; the node's exchange thread checks them
-with the filter, `exchange_batch` per remote call, whenever a batch is full and at the
-heartbeat, while the workers fill the next buffer. The new ones ride the next heartbeat, which
-also carries the node's queue length and smoothed throughput, and whose reply brings every URL
-waiting for the node's servers, and servers to adopt. So a node makes about one call per
-heartbeat plus one per batch of URLs it had not seen. With `exchange_batch` = 1 (unbatched,
-the SPEC's baseline) every URL and every server is its own remote call, made by the thread
-that has it: a worker checks each URL it found, and hands over each new one, before it goes
-on; URLs for the node come one per call.
+find (those the dedup cache does not know) to a buffer; the node's exchange thread sends a
+batch whenever `exchange_batch` are buffered, while the workers fill the next buffer, and the
+rest rides the heartbeat. The heartbeat also carries the node's queue length and smoothed
+throughput; its reply brings every URL waiting for the node's servers, and servers to adopt. So
+a node makes one call per heartbeat plus one per batch of URLs it had not seen. With
+`exchange_batch` = 1 (unbatched, the SPEC's baseline) every URL and every server is its own
+remote call, made by the thread that has it: a worker sends each URL it found before it goes
+on, and URLs for the node come one per call.
 
 Load balancing is the water level of connected vessels: a node's fair share of the queued URLs
 is proportional to its throughput; a node above its share by more than the tolerance hands
@@ -86,9 +87,11 @@ class Beat:
     node_id: str
     queued: int
     throughput: float  # URLs done per second, over the node's moving window
-    urls: list[Item]  # new foreign URLs (already checked with the filter), for their owners
+    urls: list[Item]  # foreign URLs, for the filter and then their owners
     batch: int  # the most URLs' worth of servers the reply may carry (at least one server)
     deliver: int | None  # the most URLs for the node's servers it may carry; None: all
+    # URLs already through the filter that came to the node after their server had left it.
+    forwarded: list[Item] = field(default_factory=list)
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Reply:
     hosts: list[HostState]  # servers the node takes from the shared queue
     offer_urls: int  # above its share: hand about this many URLs' worth of servers over
     more: bool  # the inbox holds more for this node than one reply carries
+    new: int = 0  # how many of the URLs the heartbeat carried the filter had not seen
 
 
 @dataclass
@@ -106,10 +110,22 @@ class _Level:
 
 
 class Exchange:
-    """The shared task exchange. Not thread-safe: one Ray actor serializes its calls."""
+    """The shared task exchange. Not thread-safe: one Ray actor serializes its calls.
 
-    def __init__(self, owner: dict[str, str], balance: bool = True, tolerance: float = 0.25):
+    `shards`: the Bloom filter, split by `crawler.dedup.shard_of`; none means every URL sent
+    counts as new (the owners' exact sets still drop duplicates)."""
+
+    def __init__(
+        self,
+        owner: dict[str, str],
+        shards: Sequence[FilterHandle] = (),
+        balance: bool = True,
+        tolerance: float = 0.25,
+    ):
         self.owner: dict[str, str | None] = dict(owner)  # server -> node; None: between nodes
+        self.shards = list(shards)
+        self.checked = 0  # URLs checked with the filter, and how many of them were new
+        self.new = 0
         self.balance = balance
         self.tolerance = tolerance
         self.levels: dict[str, _Level] = {node: _Level() for node in set(owner.values())}
@@ -122,11 +138,12 @@ class Exchange:
     # ---- calls from nodes ------------------------------------------------------------------
 
     def heartbeat(self, beat: Beat) -> Reply:
-        """A node's level in, its new foreign URLs in; URLs for its servers out, servers to
-        take when it is below its share, or how much to hand over when above."""
-        self.push(beat.node_id, beat.urls)
+        """A node's level and its foreign URLs in; URLs for its servers out, servers to take
+        when it is below its share, or how much to hand over when above."""
+        new = self.push(beat.node_id, beat.urls)
+        self._queue(beat.forwarded)
         if beat.node_id in self.gone:
-            return Reply(urls=[], hosts=[], offer_urls=0, more=False)
+            return Reply(urls=[], hosts=[], offer_urls=0, more=False, new=new)
         level = self.levels.setdefault(beat.node_id, _Level())  # a new node registers itself
         level.queued, level.throughput = beat.queued, beat.throughput
         urls, more = self._deliver(beat.node_id, beat.deliver)
@@ -139,16 +156,14 @@ class Exchange:
                 hosts = self._take(beat.node_id, share - mine, beat.batch)
             elif not self.pool and mine - share > max(MIN_SURPLUS_URLS, self.tolerance * share):
                 offer = int(mine - share)
-        return Reply(urls=urls, hosts=hosts, offer_urls=offer, more=more)
+        return Reply(urls=urls, hosts=hosts, offer_urls=offer, more=more, new=new)
 
-    def push(self, node_id: str, urls: list[Item]) -> None:
-        for url, depth in urls:
-            host = host_key(url)
-            if host not in self.owner:  # a server nobody was given: it starts in the pool
-                self.owner[host] = None
-                self.pool[host] = HostState(host)
-            self.inbox.setdefault(host, []).append((url, depth))
-        self.ops += bool(urls)
+    def push(self, node_id: str, urls: list[Item]) -> int:
+        """Foreign URLs a node found: those the filter has not seen go to their owners'
+        inboxes. Returns how many were new."""
+        new = self._filter(urls)
+        self._queue(new)
+        return len(new)
 
     def pull(self, node_id: str, max_items: int) -> Reply:
         urls, more = self._deliver(node_id, max_items)
@@ -186,10 +201,36 @@ class Exchange:
             "pool_hosts": len(self.pool),
             "pool_urls": sum(state.urls for state in self.pool.values()),
             "moved_hosts": self.moved_hosts,
+            "urls_checked": self.checked,
+            "urls_new": self.new,
             "nodes": {node: vars(level).copy() for node, level in self.levels.items()},
         }
 
     # ---- internals -------------------------------------------------------------------------
+
+    def _filter(self, items: list[Item]) -> list[Item]:
+        """The items whose URL the filter had not seen (it has them now): one call per shard."""
+        if not self.shards or not items:
+            return items
+        answers = [False] * len(items)
+        parts = split_by_shard([url for url, _ in items], len(self.shards))
+        for shard, indexes in parts.items():
+            part = self.shards[shard].check_and_add([items[i][0] for i in indexes])
+            for index, new in zip(indexes, part, strict=True):
+                answers[index] = new
+        new_items = [item for item, new in zip(items, answers, strict=True) if new]
+        self.checked += len(items)
+        self.new += len(new_items)
+        return new_items
+
+    def _queue(self, items: list[Item]) -> None:
+        for url, depth in items:
+            host = host_key(url)
+            if host not in self.owner:  # a server nobody was given: it starts in the pool
+                self.owner[host] = None
+                self.pool[host] = HostState(host)
+            self.inbox.setdefault(host, []).append((url, depth))
+        self.ops += bool(items)
 
     def _inbox_of(self, node_id: str) -> int:
         return sum(len(v) for host, v in self.inbox.items() if self.owner.get(host) == node_id)
@@ -250,7 +291,7 @@ class ExchangeHandle(Protocol):
     """The exchange as a node reaches it (in-process, or a Ray actor through an adapter)."""
 
     def heartbeat(self, beat: Beat) -> Reply: ...
-    def push(self, node_id: str, urls: list[Item]) -> None: ...
+    def push(self, node_id: str, urls: list[Item]) -> int: ...
     def pull(self, node_id: str, max_items: int) -> Reply: ...
     def offer(self, node_id: str, states: list[HostState]) -> None: ...
 
@@ -293,22 +334,14 @@ class PeerLink:
     """A node's connection to the shared state: dedup cache, send buffers, heartbeats,
     balancing. Its counters are the node's distribution metrics."""
 
-    def __init__(
-        self,
-        settings: LinkSettings,
-        exchange: ExchangeHandle,
-        shards: Sequence[FilterHandle],
-    ) -> None:
-        if not shards:
-            raise ValueError("the shared filter needs at least one shard")
+    def __init__(self, settings: LinkSettings, exchange: ExchangeHandle) -> None:
         self.settings = settings
         self._exchange = exchange
-        self._shards = list(shards)
         self._cache = SeenCache(settings.cache_size)
         self._node: LinkedNode | None = None
         self._lock = threading.Condition()
-        self._unchecked: list[Item] = []  # foreign URLs found, not yet checked with the filter
-        self._checked: list[Item] = []  # new foreign URLs, not yet handed to the exchange
+        self._buffer: list[Item] = []  # foreign URLs found, not yet sent
+        self._forwarded: list[Item] = []  # URLs through the filter already, to send back
         self._in_flight = 0  # URLs taken from the buffers, and replies, not yet settled
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -316,8 +349,6 @@ class PeerLink:
         self.throughput = 0.0
         self.counters = {
             "remote_calls": 0,
-            "filter_calls": 0,
-            "exchange_calls": 0,
             "remote_wait_s": 0.0,
             "batches": 0,
             "batch_urls": 0,
@@ -345,7 +376,7 @@ class PeerLink:
             self._thread.join()
 
     def admit(self, url: str) -> bool:
-        """Under the node's lock, for a foreign URL: False if the cache knows it was handled."""
+        """Under the node's lock, for a foreign URL: False if the cache knows it was sent."""
         return self._cache.admit(url)
 
     def send(self, items: list[Item]) -> None:
@@ -355,25 +386,24 @@ class PeerLink:
                 self._send_now(item)
             return
         with self._lock:
-            self._unchecked += items
-            if len(self._unchecked) >= self.settings.batch:
+            self._buffer += items
+            if len(self._buffer) >= self.settings.batch:
                 self._lock.notify_all()
 
     def forward(self, items: list[Item]) -> None:
-        """URLs already checked with the filter that reached a node that no longer owns their
-        server: back to the exchange, which knows the owner."""
+        """URLs that reached this node after their server had left it: back to the exchange,
+        which knows the owner (with the next heartbeat)."""
         with self._lock:
-            self._checked += items
-            self._lock.notify_all()
+            self._forwarded += items
 
     def unsent(self) -> int:
         """Work this node holds for others or has in transit (0 means none)."""
         with self._lock:
-            return len(self._unchecked) + len(self._checked) + self._in_flight
+            return len(self._buffer) + len(self._forwarded) + self._in_flight
 
     def stats(self) -> dict[str, float]:
         with self._lock:
-            buffered = len(self._unchecked) + len(self._checked)
+            buffered = len(self._buffer)
         return {
             **self.counters,
             "cache_hits": self._cache.hits,
@@ -402,7 +432,7 @@ class PeerLink:
 
     # ---- remote calls ----------------------------------------------------------------------
 
-    def _remote(self, kind: str, fn: Callable[..., T], *args: Any) -> T:
+    def _remote(self, fn: Callable[..., T], *args: Any) -> T:
         """Every call to shared state goes through here: counted, and delayed when asked."""
         started = time.monotonic()
         if self.settings.delay_s:
@@ -410,48 +440,32 @@ class PeerLink:
         result = fn(*args)
         with self._lock:
             self.counters["remote_calls"] += 1
-            self.counters[kind] += 1
             self.counters["remote_wait_s"] += time.monotonic() - started
         return result
 
-    def _check(self, items: list[Item]) -> list[Item]:
-        """The new ones among `items`, per the shared filter (one call per shard)."""
-        urls = [url for url, _ in items]
-        answers = [False] * len(urls)
-        for shard, indexes in split_by_shard(urls, len(self._shards)).items():
-            part = self._remote(
-                "filter_calls", self._shards[shard].check_and_add, [urls[i] for i in indexes]
-            )
-            for index, new in zip(indexes, part, strict=True):
-                answers[index] = new
-        new_items = [item for item, new in zip(items, answers, strict=True) if new]
+    def _settle(self, count: int) -> None:
+        with self._lock:
+            self._in_flight -= count
+
+    def _push(self, items: list[Item]) -> None:
+        """One batch to the exchange (which checks it with the filter): one remote call."""
+        new = self._remote(self._exchange.push, self._node_id, items)
         with self._lock:
             self.counters["batches"] += 1
             self.counters["batch_urls"] += len(items)
-            self.counters["urls_new"] += len(new_items)
-        return new_items
+            self.counters["urls_new"] += new
 
     def _send_now(self, item: Item) -> None:
-        """Unbatched: check one URL and hand it over, in the calling worker's thread. If the
-        shared state fails the call, the URL waits in the buffers for the exchange thread."""
+        """Unbatched: one URL, one call, in the calling worker's thread. If the shared state
+        fails the call, the URL waits in the buffer for the exchange thread."""
         with self._lock:
             self._in_flight += 1
         try:
-            try:
-                new = self._check([item])
-            except Exception:
-                logger.exception("checking %s failed", item[0])
-                with self._lock:
-                    self._unchecked.append(item)
-                return
-            if not new:
-                return
-            try:
-                self._remote("exchange_calls", self._exchange.push, self._node_id, new)
-            except Exception:
-                logger.exception("sending %s failed", item[0])
-                with self._lock:
-                    self._checked += new
+            self._push([item])
+        except Exception:
+            logger.exception("sending %s failed", item[0])
+            with self._lock:
+                self._buffer.append(item)
         finally:
             self._settle(1)
 
@@ -468,7 +482,7 @@ class PeerLink:
             with self._lock:
                 while (
                     not self._stopping
-                    and len(self._unchecked) < self.settings.batch
+                    and len(self._buffer) < self.settings.batch
                     and time.monotonic() < next_beat
                 ):
                     self._lock.wait(timeout=max(0.0, next_beat - time.monotonic()))
@@ -476,7 +490,7 @@ class PeerLink:
                     return
                 beat_due = time.monotonic() >= next_beat
             try:
-                self._check_buffered(everything=beat_due)
+                self._send_batches()
                 if beat_due:
                     self._beat()
             except Exception:
@@ -485,40 +499,33 @@ class PeerLink:
             if beat_due:
                 next_beat = time.monotonic() + self.settings.heartbeat_s
 
-    def _settle(self, count: int) -> None:
-        with self._lock:
-            self._in_flight -= count
+    def _take(self, count: int) -> list[Item]:
+        """Up to `count` buffered URLs, counted in flight; the workers go on filling the
+        buffer. Under the link lock."""
+        items = self._buffer[:count]
+        del self._buffer[: len(items)]
+        self._in_flight += len(items)
+        return items
 
-    def _check_buffered(self, everything: bool) -> None:
-        """Check buffered foreign URLs with the filter, one call per batch (only whole batches
-        unless `everything`); the new ones wait for the heartbeat, which hands them all to the
-        exchange. The workers meanwhile fill the emptied buffer. On a failed call the URLs not
-        checked go back to the buffer."""
-        batch = self.settings.batch
-        with self._lock:
-            buffered = len(self._unchecked)
-            count = buffered if everything else buffered - buffered % batch
-            items = self._unchecked[:count]
-            del self._unchecked[:count]
-            self._in_flight += count
-        position = 0
-        try:
-            while position < len(items):
-                chunk = items[position : position + batch]
-                new = self._check(chunk)
-                position += len(chunk)
-                with self._lock:
-                    self._checked += new
-                    self._in_flight -= len(chunk)
-        except Exception:
+    def _send_batches(self) -> None:
+        """Every full batch buffered, one call each; on a failed call the batch goes back."""
+        while True:
             with self._lock:
-                self._unchecked[:0] = items[position:]
-                self._in_flight -= len(items) - position
-            raise
+                if len(self._buffer) < self.settings.batch:
+                    return
+                batch = self._take(self.settings.batch)
+            try:
+                self._push(batch)
+            except Exception:
+                with self._lock:
+                    self._buffer[:0] = batch
+                raise
+            finally:
+                self._settle(len(batch))
 
     def _beat(self) -> None:
-        """One heartbeat: the node's level out, with the new foreign URLs; URLs for its
-        servers and servers to adopt back; then surplus servers out, if it has any."""
+        """One heartbeat: the node's level out, with the URLs left in the buffer; URLs for its
+        servers and servers to adopt back; then servers out, if it should hand some over."""
         node = self._node
         assert node is not None
         status = node.status()
@@ -528,9 +535,10 @@ class PeerLink:
         self.throughput = (done1 - done0) / (t1 - t0) if t1 > t0 else 0.0
         batched = self.settings.batch > 1
         with self._lock:
-            carry, self._checked = self._checked, []
-            # The URLs carried, and the reply until it is applied (see `unsent`).
-            self._in_flight += len(carry) + 1
+            carry = self._take(self.settings.batch)
+            forwarded, self._forwarded = self._forwarded, []
+            # The reply too is in flight until it is applied (see `unsent`).
+            self._in_flight += len(forwarded) + 1
             self.counters["heartbeats"] += 1
         beat = Beat(
             node_id=node.node_id,
@@ -539,22 +547,27 @@ class PeerLink:
             urls=carry,
             batch=self.settings.batch,
             deliver=None if batched else 1,
+            forwarded=forwarded,
         )
         try:
             try:
-                reply = self._remote("exchange_calls", self._exchange.heartbeat, beat)
+                reply = self._remote(self._exchange.heartbeat, beat)
             except Exception:
                 with self._lock:
-                    self._checked[:0] = carry
+                    self._buffer[:0] = carry
+                    self._forwarded[:0] = forwarded
                 raise
             finally:
-                self._settle(len(carry))
+                self._settle(len(carry) + len(forwarded))
+            if carry:
+                with self._lock:
+                    self.counters["batches"] += 1
+                    self.counters["batch_urls"] += len(carry)
+                    self.counters["urls_new"] += reply.new
             self._apply(node, reply)
             surplus, pulls = reply.offer_urls, 0
             while reply.more and pulls < MAX_PULLS_PER_BEAT:
-                reply = self._remote(
-                    "exchange_calls", self._exchange.pull, node.node_id, self.settings.batch
-                )
+                reply = self._remote(self._exchange.pull, node.node_id, self.settings.batch)
                 self._apply(node, reply)
                 pulls += 1
             if self.settings.balance:
@@ -582,7 +595,7 @@ class PeerLink:
             if not group:
                 continue
             try:
-                self._remote("exchange_calls", self._exchange.offer, node.node_id, group)
+                self._remote(self._exchange.offer, node.node_id, group)
             except Exception:
                 node.adopt_hosts([s for g in groups[index:] for s in g])
                 raise

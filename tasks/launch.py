@@ -67,8 +67,8 @@ class RayExchange:
     def heartbeat(self, beat: Beat) -> Reply:
         return ray.get(self.actor.heartbeat.remote(beat))
 
-    def push(self, node_id: str, urls: list[Item]) -> None:
-        ray.get(self.actor.push.remote(node_id, urls))
+    def push(self, node_id: str, urls: list[Item]) -> int:
+        return ray.get(self.actor.push.remote(node_id, urls))
 
     def pull(self, node_id: str, max_items: int) -> Reply:
         return ray.get(self.actor.pull.remote(node_id, max_items))
@@ -98,12 +98,8 @@ class LinkedCrawlerNode(CrawlerNode):
     """The node actor. Its link to the shared state is built here, in the actor's process:
     a link holds a thread and locks, which do not travel."""
 
-    def __init__(self, exchange: Any, shards: list[Any], **kwargs: Any) -> None:
-        link = PeerLink(
-            link_settings(kwargs["config"]),
-            RayExchange(exchange),
-            [RayFilterShard(shard) for shard in shards],
-        )
+    def __init__(self, exchange: Any, **kwargs: Any) -> None:
+        link = PeerLink(link_settings(kwargs["config"]), RayExchange(exchange))
         super().__init__(**kwargs, link=link)
 
 
@@ -133,7 +129,6 @@ class NodeLauncher:
             )
             .remote(
                 exchange=self.exchange,
-                shards=self.shards,
                 node_id=node_id,
                 crawl_id=self.crawl_id,
                 out_dir=self.out_dir,
@@ -191,11 +186,6 @@ def start_fleet(
     ensure_ray()
     owner = {host: spec.node_id for spec in specs for host in spec.hosts}
     # The shared state is small and mostly waits: no CPU reserved for it.
-    exchange = (
-        ray.remote(Exchange)
-        .options(num_cpus=0)
-        .remote(owner, balance=config.balance, tolerance=config.balance_tolerance)
-    )
     expected = config.dedup_expected_urls or len(scope_hosts) * config.expected_pages_per_host
     shards = [
         ray.remote(BloomShard)
@@ -203,6 +193,16 @@ def start_fleet(
         .remote(-(-expected // config.dedup_shards), config.dedup_fp_rate)
         for _ in range(config.dedup_shards)
     ]
+    exchange = (
+        ray.remote(Exchange)
+        .options(num_cpus=0)
+        .remote(
+            owner,
+            shards=[RayFilterShard(shard) for shard in shards],
+            balance=config.balance,
+            tolerance=config.balance_tolerance,
+        )
+    )
     launcher = NodeLauncher(
         crawl_id,
         out_dir,

@@ -100,8 +100,8 @@ def in_process_crawl(
     config = config_from_dict(SETTINGS)
     hosts = [url.split("/")[2] for url in sim.host_urls]
     owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
-    exchange = Exchange(owner)
-    shared, shard = Serialized(exchange), Serialized(BloomShard(100_000, 1e-6))
+    exchange = Exchange(owner, shards=[BloomShard(100_000, 1e-6)])
+    shared = Serialized(exchange)
     nodes = [
         Mortal(
             CrawlerNode(
@@ -114,7 +114,7 @@ def in_process_crawl(
                 True,
                 None,
                 page_budget=None if max_pages is None else 0,
-                link=PeerLink(link_settings(config), shared, [shard]),
+                link=PeerLink(link_settings(config), shared),
             )
         )
         for i, owned in enumerate(assignment)

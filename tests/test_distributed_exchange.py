@@ -109,8 +109,8 @@ class FakeNode:
 
 
 def make_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
-    exchange = Exchange({"h1": "n0", "h2": "n1"})
-    link = PeerLink(LinkSettings(**settings), exchange, [BloomShard(10_000, 1e-6)])
+    exchange = Exchange({"h1": "n0", "h2": "n1"}, shards=[BloomShard(10_000, 1e-6)])
+    link = PeerLink(LinkSettings(**settings), exchange)
     node = FakeNode()
     link.start(node)
     return link, exchange, node
@@ -126,13 +126,13 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
 def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():
     link, exchange, _ = make_link(batch=1, cache_size=0, heartbeat_s=60)
     try:
-        wait_until(lambda: link.counters["heartbeats"] == 1)
+        wait_until(lambda: link.counters["remote_calls"] == 1)  # the first heartbeat
         calls = link.counters["remote_calls"]
         link.send([url("h2", 1), url("h2", 2), url("h2", 1)])
-        # Three checks with the filter, two hand-overs (the repeated URL is not new).
-        assert link.counters["filter_calls"] == 3
-        assert link.counters["remote_calls"] - calls == 5
+        assert link.counters["remote_calls"] - calls == 3
+        # The exchange checked each with the filter: the repeated URL was not new.
         assert exchange.snapshot()["inbox_urls"] == 2
+        assert link.counters["urls_new"] == 2
         assert link.unsent() == 0
     finally:
         link.stop()
@@ -143,8 +143,9 @@ def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
     try:
         link.send([url("h2", i) for i in range(250)])
         wait_until(lambda: exchange.snapshot()["inbox_urls"] == 250 and link.unsent() == 0)
-        assert link.counters["filter_calls"] == 3  # 100 + 100 + 50
-        assert link.counters["batch_urls"] == 250
+        # Two full batches of their own, the rest with a heartbeat.
+        assert (link.counters["batches"], link.counters["batch_urls"]) == (3, 250)
+        assert link.counters["remote_calls"] == 2 + link.counters["heartbeats"]
     finally:
         link.stop()
 
@@ -152,14 +153,24 @@ def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
 def test_the_dedup_cache_answers_repeats_without_a_remote_call_and_delay_is_counted():
     link, exchange, node = make_link(batch=1, cache_size=100, heartbeat_s=60, delay_s=0.01)
     try:
-        wait_until(lambda: link.counters["heartbeats"] == 1)
+        wait_until(lambda: link.counters["remote_calls"] == 1)  # the first heartbeat
         assert link.admit("http://h2/p1")
         link.send([url("h2", 1)])
         assert not link.admit("http://h2/p1")  # known: no remote call, not sent again
-        assert link.counters["remote_calls"] == 3  # heartbeat, check, hand-over
-        assert link.counters["remote_wait_s"] >= 0.03
-        exchange.push("n1", [url("h1", 7)])
-        link.forward([url("h2", 9)])
+        assert link.counters["remote_calls"] == 2  # a heartbeat, the URL
+        assert link.counters["remote_wait_s"] >= 0.02
     finally:
         link.stop()
     assert link.stats()["cache_hits"] == 1
+
+
+def test_forwarded_urls_are_not_dropped_by_the_filter_that_saw_them():
+    link, exchange, _ = make_link(batch=100, heartbeat_s=0.05)
+    try:
+        assert exchange.push("n0", [url("h2", 1)]) == 1
+        assert exchange.heartbeat(beat("n1", queued=0)).urls == [url("h2", 1)]
+        # n1 gave h2 away meanwhile: the URL comes back through n0's heartbeat.
+        link.forward([url("h2", 1)])
+        wait_until(lambda: exchange.snapshot()["inbox_urls"] == 1)
+    finally:
+        link.stop()
