@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crawler.exchange import HostState
+from crawler.recovery import Recovered
 from crawler.urls import host_key
 
 logger = logging.getLogger(__name__)
@@ -53,11 +54,11 @@ class ExchangeView(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def orphan(self, node_id: str) -> list[str]: ...
     def put_hosts(self, states: list[HostState]) -> None: ...
+    def push(self, node_id: str, urls: list[tuple[str, int]]) -> int: ...
 
 
-# (dead node, its servers) -> the servers rebuilt from the committed output, and how many
-# URLs of the page budget the dead node's committed fetches used (crawler.recovery).
-Recover = Callable[[str, list[str]], tuple[list[HostState], int]]
+# (dead node, its servers) -> what it leaves, rebuilt from the committed output.
+Recover = Callable[[str, list[str]], Recovered]
 
 
 @dataclass
@@ -295,15 +296,17 @@ class Coordinator:
         hosts = self.exchange.orphan(node_id)
         for other in list(self.nodes):
             self._call(other, "flush")
-        states, spent = self.recover(node_id, hosts)
-        self.exchange.put_hosts(states)
+        recovered = self.recover(node_id, hosts)
+        self.exchange.put_hosts(recovered.states)
+        self.exchange.push(node_id, recovered.foreign)
         logger.warning(
             "crawler node %s died: %d servers with %d URLs go to the others",
             node_id,
-            len(states),
-            sum(state.urls for state in states),
+            len(recovered.states),
+            sum(state.urls for state in recovered.states),
         )
         if self.max_pages is not None:
+            spent = recovered.budget_spent
             self.unassigned_budget += max(0, self.granted.pop(node_id, 0) - spent)
         if not self.nodes:
             if self.surcharge is None:

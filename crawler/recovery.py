@@ -6,7 +6,9 @@ committed `discovered` row, or a seed, that is not done is pending. Nothing is l
 node records a URL's row before it sends the URL anywhere, and the coordinator has every live
 node commit its rows before calling this; nothing is fetched twice because the dead node can
 commit nothing more. What the dead node fetched but had not committed is fetched again (and
-recorded once): a killed process cannot say which requests reached the server.
+recorded once): a killed process cannot say which requests reached the server. The URLs of
+other servers the dead node had found (committed) may not all have been sent yet: they are
+returned to be sent again, and the filter and the owners' exact sets drop those that were.
 
 Only the dead node's uncommitted files are discarded: the other nodes are alive and writing,
 and `storage.writer.discard_uncommitted` over the whole crawl would delete the first files of
@@ -15,13 +17,21 @@ batches they are about to commit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from crawler.exchange import HostState
+from crawler.exchange import HostState, Item
 from storage.checkpoint import _final as is_final  # the resume rule, defined once
 from storage.schema import COMMITTED_DATASETS, DATASETS
+
+
+@dataclass
+class Recovered:
+    states: list[HostState]  # the dead node's servers, with their URLs done (seen) and pending
+    budget_spent: int  # URLs of the page budget its committed fetches used (checkpoint rule)
+    foreign: list[Item]  # URLs of other servers it found, perhaps never sent
 
 
 class OutputRecovery:
@@ -29,10 +39,8 @@ class OutputRecovery:
         self.crawl_dir = crawl_dir
         self.seeds = seeds
 
-    def __call__(self, node_id: str, hosts: list[str]) -> tuple[list[HostState], int]:
-        """The servers `hosts` the dead `node_id` owned, with their URLs done (as seen) and
-        pending; and how many URLs of the page budget the dead node's committed fetches
-        used (the checkpoint's rule)."""
+    def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
+        """What the dead `node_id`, owner of `hosts`, leaves to the others."""
         self._discard_uncommitted(node_id)
         commit = self.crawl_dir / COMMITTED_DATASETS[-1]
         fetch_files = sorted(str(p) for p in commit.glob("*.parquet"))
@@ -61,6 +69,7 @@ class OutputRecovery:
                 [fetch_files, node_id],
             ).fetchall()[0][0]
         pending: dict[str, int] = {}
+        foreign: list[Item] = []
         if discovered_files:
             for url, depth in con.execute(
                 "SELECT url, min(depth) FROM read_parquet(?) "
@@ -68,6 +77,13 @@ class OutputRecovery:
                 [discovered_files, hosts],
             ).fetchall():
                 pending[url] = depth
+            own_files = [p for p in discovered_files if Path(p).name.startswith(f"{node_id}-")]
+            if own_files:
+                foreign = con.execute(
+                    "SELECT url, min(depth) FROM read_parquet(?) "
+                    "WHERE NOT list_contains(?, split_part(url, '/', 3)) GROUP BY url",
+                    [own_files, hosts],
+                ).fetchall()
         states = {host: HostState(host) for host in hosts}
         for seed in self.seeds:
             if seed.split("/", 3)[2] in states:
@@ -85,7 +101,7 @@ class OutputRecovery:
             else:
                 state.seen.append(url)
                 state.tasks.append((url, depth, attempt, 0.0))
-        return list(states.values()), spent
+        return Recovered(list(states.values()), spent, foreign)
 
     def _discard_uncommitted(self, node_id: str) -> None:
         """The dead node's temporary files, and its batch files whose fetches file (the commit)

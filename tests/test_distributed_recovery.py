@@ -1,0 +1,85 @@
+"""Takeover of a dead node from the committed output (crawler/recovery.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crawler.recovery import OutputRecovery
+from storage.schema import DATASETS
+
+A, B, C = "a.test:80", "b.test:80", "c.test:80"
+
+
+def write(crawl_dir: Path, dataset: str, name: str, rows: list[dict]) -> Path:
+    directory = crawl_dir / dataset
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=DATASETS[dataset]), path)
+    return path
+
+
+def fetch(url: str, node: str, status: int | None = 200, attempt: int = 1, error=None) -> dict:
+    return {
+        "crawl_id": "c",
+        "url": url,
+        "url_host_name": url.split("/")[2],
+        "url_path": "/" + url.split("/", 3)[3],
+        "fetch_time": datetime.now(UTC),
+        "fetch_status": status,
+        "error": error,
+        "node_id": node,
+        "depth": 1,
+        "attempt": attempt,
+    }
+
+
+def found(url: str, node: str, depth: int = 1) -> dict:
+    return {"crawl_id": "c", "url": url, "depth": depth, "node_id": node}
+
+
+def test_a_dead_nodes_servers_come_back_with_done_pending_and_unsent_urls(tmp_path):
+    # node-1 owned b.test. Its first batch is committed; its second lost its fetches file
+    # (killed between renames); node-0, alive, is between renames of its own batch.
+    write(
+        tmp_path,
+        "discovered",
+        "node-1-000001",
+        [
+            found(f"http://{B}/2", "node-1"),
+            found(f"http://{B}/3", "node-1", depth=2),
+            found(f"http://{C}/9", "node-1"),  # another node's server: maybe never sent
+        ],
+    )
+    write(
+        tmp_path,
+        "fetches",
+        "node-1-000001",
+        [
+            fetch(f"http://{B}/1", "node-1"),
+            fetch(f"http://{B}/2", "node-1", status=503),  # a retry is due
+        ],
+    )
+    lost = [
+        write(tmp_path, "discovered", "node-1-000002", [found(f"http://{B}/4", "node-1")]),
+        write(tmp_path, "pages", "node-1-000002", []),
+    ]
+    (tmp_path / "fetches" / "node-1-000003.parquet.tmp").write_bytes(b"half")
+    alive = write(tmp_path, "discovered", "node-0-000001", [found(f"http://{B}/5", "node-0")])
+    write(tmp_path, "fetches", "node-0-000000", [fetch(f"http://{A}/1", "node-0")])
+
+    recovered = OutputRecovery(tmp_path, [f"http://{B}/", f"http://{A}/"])("node-1", [B])
+
+    assert not any(path.exists() for path in lost)
+    assert not (tmp_path / "fetches" / "node-1-000003.parquet.tmp").exists()
+    assert alive.exists()  # a live node's batch is none of the takeover's business
+    (state,) = recovered.states
+    assert state.host == B
+    assert sorted(state.inbox) == [(f"http://{B}/", 0), (f"http://{B}/3", 2)]
+    assert state.tasks == [(f"http://{B}/2", 1, 2, 0.0)]
+    assert sorted(state.seen) == [f"http://{B}/1", f"http://{B}/2"]
+    assert recovered.budget_spent == 2
+    assert recovered.foreign == [(f"http://{C}/9", 1)]
