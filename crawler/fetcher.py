@@ -255,6 +255,10 @@ class ServerSession:
     def __init__(self, config: CrawlConfig) -> None:
         self._config = config
         self._session = _NoRedirectSession()
+        # Not the environment's proxies or ~/.netrc: a proxy would connect where the address
+        # guard never looked, and netrc would hand credentials to crawled servers. (It also
+        # saves reading the environment on every request.)
+        self._session.trust_env = False
         self._session.headers["User-Agent"] = config.user_agent
         self._adapter = _CuttableAdapter()
         self._session.mount("http://", self._adapter)

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from crawler.addresses import AddressGuard, AddressRefused, refusal_reason
-from crawler.links import parse_html
+from crawler.links import LinkResolver, parse_html
 from crawler.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
 
 
@@ -55,6 +59,34 @@ def test_parse_html_survives_garbage():
     assert parse_html(b"", "http://a.example/").links == []
     page = parse_html(b"\x00\xff<a href='/x'>x</a><<<>>", "http://a.example/")
     assert page.links == ["http://a.example/x"]
+
+
+# Pieces of hrefs that hit every rule of urljoin and canonicalization: dot segments, empty
+# segments, schemes, servers with and without ports, case, escapes, queries, fragments.
+HREF_PIECES = st.sampled_from(
+    ["a", "B", "p", "0", ".", "..", "/", "//", "-", "_", "~", "%41", "%2f", " ", "\t", "é", ":",
+     "http:", "https:", "HTTP://", "//h.test", "//H.test", "//-x.test", "//127.0.0.9", ":80",
+     ":443", ":8080", ":0080", ":99999", "?", "?b=2&a=1", "#", "#x", ";p", "@", "+", "(", "'"]
+)
+BASES = st.sampled_from(
+    ["http://site.test/", "http://site.test/a/b/c.html", "https://site.test:8443/a/",
+     "http://127.0.0.1:8080/x/y?q=1", "http://site.test/a//b/", "http://Site.test/A%7e/"]
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(BASES, st.lists(HREF_PIECES, max_size=8).map("".join))
+@example("http://site.test/a/b/c.html", "../../../../p/1")
+@example("http://site.test/a/b/c.html", "x/./y/../..")
+def test_link_resolver_agrees_with_urljoin_and_canonical_url(base, href):
+    def outcome(resolve):
+        try:
+            return resolve()
+        except BadUrl:
+            return BadUrl
+
+    expected = outcome(lambda: canonical_url(urljoin(base, href)))
+    assert outcome(lambda: LinkResolver(base)(href)) == expected
 
 
 @pytest.mark.parametrize(
