@@ -179,7 +179,7 @@ def main() -> None:
         for name in names:
             if name == ALL:
                 seeds = [sim.hub_url] + [sim.hostile_url(s) for s in SCENARIOS]
-                scope = [url.split("/")[2] for url in sim.host_urls]
+                scope = sim.servers
                 scope += [sim.hostile_host(s) for s in SCENARIOS]
                 expected = sim.reachable_allowed_urls().union(
                     *(sim.hostile_expected(s) for s in SCENARIOS)

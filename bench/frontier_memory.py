@@ -182,7 +182,7 @@ def peak(seconds: float) -> dict[str, Any]:
     spec = WebSpec(hosts=500, pages=30_000, seed=3, latency_ms=(0.0, 0.0), rate_limit_rps=None)
     config = CrawlConfig(policy="capability", rate_control={"mode": "fixed", "fixed_delay_s": 0.0})
     with WebSim(spec) as sim, tempfile.TemporaryDirectory() as out:
-        hosts = [url.split("/")[2] for url in sim.host_urls]
+        hosts = sim.servers
         node = CrawlerNode("node-0", "peak", out, config, hosts, hosts, True, None)
         Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None).seed([sim.hub_url])
         node.start()

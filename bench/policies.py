@@ -117,7 +117,7 @@ def crawl(
     sim: WebSim, policy: str, quality_file: Path | None, budget_s: float, out_dir: Path
 ) -> list[tuple[str, float]]:
     """One in-process crawl for `budget_s`; (url, seconds since the start) of every page."""
-    hosts = [url.split("/")[2] for url in sim.host_urls]
+    hosts = sim.servers
     config = CrawlConfig(
         policy=policy,
         quality_file=str(quality_file) if quality_file else None,

@@ -122,7 +122,7 @@ def run_crawl(sim: WebSim, mode: str, out_dir: Path) -> tuple[Path, float]:
     started = time.monotonic()
     summary = crawl(
         seeds=[sim.hub_url],
-        allow=[url.split("/")[2] for url in sim.host_urls],
+        allow=sim.servers,
         allow_private=True,  # the synthetic web lives on loopback
         nodes=NODES,
         out_dir=str(out_dir),

@@ -4,7 +4,9 @@ metadata addresses unless the user allowed it.
 A crawler follows links that strangers write. Without this check, a page linking to
 `http://169.254.169.254/` or `http://10.0.0.1/admin` turns the crawler into a proxy into the
 network it runs in. Every resolved address of a host is checked, not just the first, because
-the connection may use any of them.
+the connection may use any of them; the fetcher then connects to a checked address, never
+resolving the name again (a hostile DNS server could answer the check with a public address
+and the connection with a private one: DNS rebinding).
 """
 
 from __future__ import annotations
@@ -57,28 +59,42 @@ class AddressGuard:
     def __init__(self, allow_private: bool, resolver: Resolver = system_resolver) -> None:
         self.allow_private = allow_private
         self._resolver = resolver
-        self._verdicts: dict[str, str | None] = {}
+        self._verdicts: dict[str, str | list[str] | None] = {}
 
-    def check_url(self, url: str) -> None:
-        """Raise AddressRefused if the URL's host resolves to a refused address (OSError if it
-        does not resolve at all; that is a network error, not a verdict, so it is not cached)."""
+    def check_url(self, url: str) -> str | None:
+        """The address to connect to for the URL's host: one that was checked, or None when
+        nothing needs pinning (an IP literal, or private addresses allowed). Raise
+        AddressRefused if the host resolves to a refused address (OSError if it does not
+        resolve at all; that is a network error, not a verdict, so it is not cached)."""
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         key = f"{host}:{port}"
         if key not in self._verdicts:
             self._verdicts[key] = self._verdict(host, port)
-        if self._verdicts[key] is not None:
-            raise AddressRefused(self._verdicts[key])
+        verdict = self._verdicts[key]
+        if isinstance(verdict, str):
+            raise AddressRefused(verdict)
+        return verdict[0] if verdict and not _is_ip_literal(host) else None
 
-    def _verdict(self, host: str, port: int) -> str | None:
+    def _verdict(self, host: str, port: int) -> str | list[str] | None:
+        """A refusal, or the checked addresses."""
         if self.allow_private:
             return None
-        for address in self._resolver(host, port):
+        addresses = self._resolver(host, port)
+        for address in addresses:
             reason = refusal_reason(address)
             if reason is not None:
                 return (
                     f"{host} resolves to {reason} address {address} "
                     "(pass --allow-private to crawl it)"
                 )
-        return None
+        return addresses
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -26,6 +26,11 @@ from crawler.urls import host_key
 logger = logging.getLogger(__name__)
 
 
+class CrawlFailed(RuntimeError):
+    """The crawl cannot go on: a node hit a bug, or no node is left to take over. What the
+    nodes committed stays; a rerun with the same crawl id resumes from it."""
+
+
 class NodeLost(Exception):
     """A node stopped answering: its process died or was killed."""
 
@@ -193,6 +198,8 @@ class Coordinator:
             except NodeLost:
                 self._lost.append(node_id)
                 continue
+            if status.get("failure"):
+                raise CrawlFailed(f"crawler node {node_id} failed: {status['failure']}")
             self.usage[node_id].last_status = status
             statuses.append(status)
         return statuses
@@ -292,7 +299,7 @@ class Coordinator:
         usage.lost = True
         usage.ended_s = time.monotonic() - self.started
         if self.exchange is None or self.recover is None:
-            raise RuntimeError(f"crawler node {node_id} died and nothing can take its servers")
+            raise CrawlFailed(f"crawler node {node_id} died and nothing can take its servers")
         hosts = self.exchange.orphan(node_id)
         for other in list(self.nodes):
             self._call(other, "flush")
@@ -310,7 +317,7 @@ class Coordinator:
             self.unassigned_budget += max(0, self.granted.pop(node_id, 0) - spent)
         if not self.nodes:
             if self.surcharge is None:
-                raise RuntimeError("every crawler node died")
+                raise CrawlFailed("every crawler node died")
             self._add_node()
 
     def _add_node(self) -> None:

@@ -196,9 +196,18 @@ _WATCHDOG = _Watchdog()
 
 class _TrackingPool(HTTPConnectionPool):
     """Remembers the connection it handed out last: with one connection per pool, the one a
-    request in flight uses."""
+    request in flight uses. Connects to `pinned_address` when set: the Host header, TLS
+    server name and certificate check still use the server's name."""
 
     in_use: HTTPConnection | None = None
+    pinned_address: str | None = None
+
+    def _new_conn(self) -> Any:
+        conn = super()._new_conn()
+        if self.pinned_address is not None:
+            # urllib3 resolves `_dns_host` to connect and uses `host` for everything else.
+            conn._dns_host = self.pinned_address
+        return conn
 
     def _get_conn(self, timeout: float | None = None) -> Any:
         self.in_use = super()._get_conn(timeout)
@@ -214,6 +223,7 @@ class _CuttableAdapter(HTTPAdapter):
 
     def __init__(self) -> None:
         self._pool: HTTPConnectionPool | None = None
+        self.pinned_address: str | None = None
         super().__init__(pool_connections=1, pool_maxsize=1)
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
@@ -225,6 +235,8 @@ class _CuttableAdapter(HTTPAdapter):
 
     def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> HTTPConnectionPool:
         self._pool = super().get_connection_with_tls_context(*args, **kwargs)
+        if isinstance(self._pool, _TrackingPool):
+            self._pool.pinned_address = self.pinned_address
         return self._pool
 
     def cut(self) -> None:
@@ -263,6 +275,11 @@ class ServerSession:
         self._adapter = _CuttableAdapter()
         self._session.mount("http://", self._adapter)
         self._session.mount("https://", self._adapter)
+
+    def pin(self, address: str | None) -> None:
+        """Connect to `address` (checked by the address guard) instead of resolving the
+        server's name again; None resolves as usual."""
+        self._adapter.pinned_address = address
 
     def get(self, url: str) -> FetchResult:
         config = self._config

@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ class CrawlerNode:
         self._active = 0
         self._stopping = False
         self._workers: list[threading.Thread] = []
+        self._failure: str | None = None  # the first bug that killed one of its threads
         self._touched: set[str] = set()  # servers that answered since the last metrics tick
         self.counters = {"fetches": 0, "pages": 0, "urls_done": 0, "activity": 0}
         crawl_dir = Path(out_dir) / crawl_id
@@ -192,6 +193,7 @@ class CrawlerNode:
                 + len(self._departed)
                 + (self._link.unsent() if self._link else 0),
                 "servers": len(self._owned),
+                "failure": self._failure,
                 **self.counters,
             }
         if self._link is not None:
@@ -303,8 +305,7 @@ class CrawlerNode:
             self._lock.notify_all()
 
     def start(self) -> None:
-        ticker = threading.Thread(target=self._tick_metrics, name=f"{self.node_id}-metrics")
-        ticker.daemon = True
+        ticker = self._thread(self._tick_metrics, f"{self.node_id}-metrics")
         ticker.start()
         self._workers.append(ticker)
         with self._lock:
@@ -317,12 +318,25 @@ class CrawlerNode:
         node that adopts servers gets more). Under the lock."""
         wanted = min(self.config.max_connections, max(1, len(self._owned)))
         while self._connections < wanted and not self._stopping:
-            worker = threading.Thread(
-                target=self._work, name=f"{self.node_id}-conn{self._connections}", daemon=True
-            )
+            worker = self._thread(self._work, f"{self.node_id}-conn{self._connections}")
             worker.start()
             self._workers.append(worker)
             self._connections += 1
+
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread whose death by a bug shows in `status()`: a dead worker keeps its
+        server taken, so the crawl would otherwise wait for it forever."""
+
+        def run() -> None:
+            try:
+                target()
+            except Exception as exc:
+                logger.exception("%s died", name)
+                with self._lock:
+                    if self._failure is None:
+                        self._failure = f"{name}: {type(exc).__name__}: {exc}"[:300]
+
+        return threading.Thread(target=run, name=name, daemon=True)
 
     def close(self) -> dict[str, Any]:
         """Stop the workers after their current fetch, flush every file, close connections."""
@@ -424,7 +438,7 @@ class CrawlerNode:
     def _serve(self, server: Server) -> None:
         """One connection's worth of work on one server."""
         session = self._sessions.setdefault(server.host, ServerSession(self.config))
-        if server.refused is not None or not self._address_ok(server):
+        if server.refused is not None or not self._address_ok(server, session):
             self._fail_queued(server, f"address_refused: {server.refused}")
             return
         if server.robots is None and not self._load_robots(server, session):
@@ -470,9 +484,9 @@ class CrawlerNode:
             self.counters["urls_done"] += 1
             self._redirects.pop(task.url, None)
 
-    def _address_ok(self, server: Server) -> bool:
+    def _address_ok(self, server: Server, session: ServerSession) -> bool:
         try:
-            self._guard.check_url(f"{server.scheme}://{server.host}/")
+            session.pin(self._guard.check_url(f"{server.scheme}://{server.host}/"))
         except AddressRefused as exc:
             server.refused = str(exc)
             return False

@@ -219,6 +219,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError)
 
 
+def _crawl_failed() -> type[BaseException]:
+    from crawler.coordinator import CrawlFailed
+
+    return CrawlFailed
+
+
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
@@ -238,4 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     except _user_errors() as exc:
         print(f"crawlflow: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except _crawl_failed() as exc:
+        print(f"crawlflow: crawl failed: {exc}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

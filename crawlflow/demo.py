@@ -45,7 +45,7 @@ def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any
         console.print(f"synthetic web: {hosts} servers, {pages} pages, hub {sim.hub_url}")
         summary = _run_crawl_flow(
             seeds=[sim.hub_url],
-            allow=[url.split("/")[2] for url in sim.host_urls],
+            allow=sim.servers,
             allow_private=True,  # the synthetic web lives on loopback
             nodes=nodes,
             out_dir=str(out_dir),

@@ -13,7 +13,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from crawler.coordinator import Coordinator, Progress, Surcharge
+from crawler.coordinator import Coordinator, CrawlFailed, Progress, Surcharge
 from crawler.recovery import OutputRecovery
 from storage.checkpoint import Checkpoint
 from tasks.launch import Fleet
@@ -65,7 +65,13 @@ def drive_crawl(
         )
 
     # Linked nodes route URLs themselves: the driver only watches, so it need not poll often.
-    final = coordinator.run(poll_s=0.1, on_progress=report)
+    try:
+        final = coordinator.run(poll_s=0.1, on_progress=report)
+    except CrawlFailed as exc:
+        raise CrawlFailed(
+            f"{exc}. What was committed is kept in {fleet.crawl_dir}:"
+            f" run again with --crawl-id {fleet.crawl_dir.name} to resume"
+        ) from exc
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
     create_table_artifact(

@@ -30,7 +30,7 @@ def crawl_result(small_web, ray_session, prefect_api, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     summary = crawl(
         seeds=[small_web.hub_url],
-        allow=[url.split("/")[2] for url in small_web.host_urls],
+        allow=small_web.servers,
         allow_private=True,
         nodes=2,
         out_dir=str(out),

@@ -89,7 +89,7 @@ def test_nightly_deployment_runs_through_a_worker(prefect_server, tmp_path):
     with WebSim(spec) as sim:
         parameters = {
             "seeds": [sim.hub_url],
-            "allow": [url.split("/")[2] for url in sim.host_urls],
+            "allow": sim.servers,
             "allow_private": True,
             "out_dir": str(tmp_path / "out"),
             "crawl_id": "nightly-test",

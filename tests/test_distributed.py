@@ -98,7 +98,7 @@ def in_process_crawl(
     `kill_after`, node-1 crashes once it has fetched that many URLs."""
     sim.request_log(clear=True)
     config = config_from_dict(SETTINGS)
-    hosts = [url.split("/")[2] for url in sim.host_urls]
+    hosts = sim.servers
     owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
     exchange = Exchange(owner, shards=[BloomShard(100_000, 1e-6)])
     shared = Serialized(exchange)
@@ -151,7 +151,7 @@ def assert_exactly_once(sim: WebSim, crawl_dir: Path) -> None:
 
 
 def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_path):
-    hosts = [url.split("/")[2] for url in web.host_urls]
+    hosts = web.servers
     nodes, exchange, _ = in_process_crawl(web, tmp_path, [hosts, [], []])
     assert_exactly_once(web, tmp_path / "c")
     # Servers moved with their queues, seen sets and robots.txt rules: no request repeated.
@@ -164,7 +164,7 @@ def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_pa
 
 
 def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
-    hosts = [url.split("/")[2] for url in web.host_urls]
+    hosts = web.servers
     nodes, _, report = in_process_crawl(web, tmp_path, [hosts[0::2], hosts[1::2]], kill_after=40)
     assert nodes[1].dead
     assert report["nodes_lost"] == 1
@@ -174,7 +174,7 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
 
 
 def test_the_page_budget_holds_across_linked_nodes(web, tmp_path):
-    hosts = [url.split("/")[2] for url in web.host_urls]
+    hosts = web.servers
     in_process_crawl(web, tmp_path, [hosts[:1], hosts[1:], []], max_pages=150)
     (first_tries,) = (
         connect(tmp_path / "c")
@@ -216,7 +216,7 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     threading.Thread(target=killer, daemon=True).start()
     summary = crawl(
         seeds=[slow_web.hub_url],
-        allow=[url.split("/")[2] for url in slow_web.host_urls],
+        allow=slow_web.servers,
         allow_private=True,
         nodes=2,
         out_dir=str(tmp_path),
@@ -236,7 +236,7 @@ def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(
 
     summary = crawl(
         seeds=[slow_web.hub_url],
-        allow=[url.split("/")[2] for url in slow_web.host_urls],
+        allow=slow_web.servers,
         allow_private=True,
         nodes=1,
         out_dir=str(tmp_path),

@@ -151,6 +151,23 @@ def test_garbage_location_is_returned_not_raised(fetch):
     assert result.headers["location"] == "http://[::1"
 
 
+def test_a_pinned_session_connects_to_the_checked_address_not_the_name(hostile_web):
+    """Against DNS rebinding: the connection goes to the address the guard checked, whatever
+    the name would resolve to now (here localhost, 127.0.0.1, which serves something else)."""
+    address, port = hostile_web.hostile_host("empty_body").split(":")
+    assert address != "127.0.0.1"
+    direct, pinned = ServerSession(CONFIG), ServerSession(CONFIG)
+    pinned.pin(address)
+    try:
+        expected = direct.get(f"http://{address}:{port}/")
+        result = pinned.get(f"http://localhost:{port}/")
+    finally:
+        direct.close()
+        pinned.close()
+    assert result.status == expected.status == 200
+    assert result.body == expected.body
+
+
 def test_looks_binary():
     assert looks_binary(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     assert looks_binary(bytes(100))

@@ -18,6 +18,9 @@ import crawler.node
 from bench.chaos import analyse, crawl_in_process
 from crawler.addresses import AddressGuard
 from crawler.config import CrawlConfig
+from crawler.coordinator import Coordinator, CrawlFailed
+from crawler.node import CrawlerNode
+from crawler.urls import host_key
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
@@ -239,6 +242,37 @@ def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkey
     assert summary["outcome"] == {"internal_error": 1}
     assert summary["lost"] == [seed + "ok/1"]  # fetched, but not successfully
     assert summary["duplicates"] == 0
+
+
+def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
+    hostile_web, tmp_path, monkeypatch
+):
+    """A worker thread killed by a bug would keep its server taken and the crawl would wait
+    forever: the node reports it, the coordinator fails the crawl, the committed rows stay."""
+    real_next_task = CrawlerNode._next_task
+
+    def next_task_or_fail(self, server):
+        task = real_next_task(self, server)
+        if task is not None and task.url.endswith("/ok/2"):
+            raise RuntimeError("boom")
+        return task
+
+    monkeypatch.setattr(CrawlerNode, "_next_task", next_task_or_fail)
+    seed = hostile_web.hostile_url("empty_body")
+    host = host_key(seed)
+    node = CrawlerNode("node-0", "bug", str(tmp_path), FAST, [host], [host], True, max_depth=None)
+    coordinator = Coordinator([node], {host: "node-0"}, max_pages=None)
+    node.start()
+    coordinator.seed([seed])
+    try:
+        with pytest.raises(CrawlFailed, match=r"node-0 failed: node-0-conn0: RuntimeError: boom"):
+            coordinator.run(poll_s=0.02, max_s=30)
+    finally:
+        node.close()
+    fetched = {
+        url for (url,) in connect(tmp_path / "bug").execute("SELECT url FROM fetches").fetchall()
+    }
+    assert seed in fetched
 
 
 def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, monkeypatch):

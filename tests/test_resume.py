@@ -36,7 +36,7 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
 
     from flows.crawl import crawl
 
-    allow = [url.split("/")[2] for url in slow_web.host_urls]
+    allow = slow_web.servers
     config = tmp_path / "crawl.toml"
     config.write_text("write_interval_s = 0.2\n")
     crawl_dir = tmp_path / "out" / "resumable"

@@ -31,7 +31,7 @@ def web():
 
 @pytest.mark.parametrize("policy", ["bfs", "performance", "quality", "capability"])
 def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, policy):
-    hosts = [url.split("/")[2] for url in web.host_urls]
+    hosts = web.servers
     config = CrawlConfig(
         policy=policy, max_connections=4, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
     )

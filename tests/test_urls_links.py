@@ -113,10 +113,12 @@ def test_refusal_reason(address, reason):
 def test_guard_checks_every_resolved_address_without_connecting():
     # Name resolution is stubbed: nothing is resolved or contacted for real.
     answers = {"mixed.example": ["93.184.216.34", "10.0.0.7"], "public.example": ["93.184.216.34"]}
+    answers["93.184.216.34"] = ["93.184.216.34"]
     guard = AddressGuard(allow_private=False, resolver=lambda host, port: answers[host])
-    guard.check_url("http://public.example/")
+    # The checked address is the one to connect to; an IP literal needs no pinning.
+    assert guard.check_url("http://public.example/") == "93.184.216.34"
+    assert guard.check_url("http://93.184.216.34/") is None
     with pytest.raises(AddressRefused, match="private address 10.0.0.7"):
         guard.check_url("http://mixed.example/")
-    AddressGuard(allow_private=True, resolver=lambda h, p: answers[h]).check_url(
-        "http://mixed.example/"
-    )
+    allowed = AddressGuard(allow_private=True, resolver=lambda h, p: answers[h])
+    assert allowed.check_url("http://mixed.example/") is None

@@ -126,6 +126,11 @@ class WebSim:
     def host_urls(self) -> list[str]:
         return [origin + "/" for origin in truth.origins(self.web, self.port)]
 
+    @property
+    def servers(self) -> list[str]:
+        """The web's servers as `host:port`: what `--allow` and the allocation take."""
+        return [url.split("/")[2] for url in self.host_urls]
+
     def hostile_host(self, scenario: str) -> str:
         """The server (`ip:port`) of a hostile scenario named in `spec.hostile`."""
         return f"{hostile.addresses(self.spec)[self.spec.hostile.index(scenario)]}:{self.port}"
