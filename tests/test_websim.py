@@ -10,6 +10,7 @@ import textwrap
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -22,6 +23,7 @@ from protego import Protego
 from w3lib.url import canonicalize_url
 
 from websim import WebSim, WebSpec, build_web
+from websim.pages import Renderer
 from websim.truth import reachable_pages
 
 SMALL = WebSpec(hosts=3, pages=200, seed=1, latency_ms=(0.0, 0.0), rate_limit_rps=None)
@@ -345,6 +347,13 @@ def test_latency_delays_responses_without_blocking_others():
             responses = list(pool.map(requests.get, sim.host_urls * 2))
         assert [r.status_code for r in responses] == [200] * 8
         assert time.monotonic() - started < 0.5  # 8 x 100 ms in parallel, not in series
+
+
+def test_a_static_web_serves_the_pages_it_rendered_at_start():
+    with WebSim(replace(SMALL, static=True)) as static:
+        renderer = Renderer(static.web, static.port)
+        for page in range(0, SMALL.pages, 7):
+            assert requests.get(static.url_of(page)).content == renderer.page(page)
 
 
 def test_stop_frees_the_port_and_a_fixed_port_works():

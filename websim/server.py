@@ -123,6 +123,8 @@ class _Sim:
     def __init__(self, web: Web, port: int) -> None:
         self.web = web
         self.renderer = Renderer(web, port)
+        static = web.spec.static
+        self._bodies = [self.renderer.page(p) for p in range(web.n_pages)] if static else []
         self.hosts = [_Host(web, i, port) for i in range(len(web.hosts))]
         self.latency_sigma = web.spec.latency_sigma
         self.idle_timeout = web.spec.idle_timeout_s
@@ -130,6 +132,9 @@ class _Sim:
         self.log: list[tuple[str, str, int, float, str, int]] = []
         self.connections: set[_Connection] = set()
         self.next_connection_id = 0
+
+    def page(self, page: int) -> bytes:
+        return self._bodies[page] if self._bodies else self.renderer.page(page)
 
     def new_connection_id(self) -> int:
         self.next_connection_id += 1
@@ -267,7 +272,7 @@ class _Connection(asyncio.Protocol):
                 status, ctype, body = 404, _HTML, b"<html><body>not found</body></html>\n"
             else:
                 ctype = _PDF if self.sim.web.kind[page] == PDF else _HTML
-                status, body = 200, self.sim.renderer.page(page)
+                status, body = 200, self.sim.page(page)
         response = _response(status, ctype, body, head_only, remaining, close=close)
         return self._log(method, target, status, response, close, self.sim.latency(host))
 
