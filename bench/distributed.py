@@ -42,7 +42,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -102,13 +102,12 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     out = tempfile.mkdtemp(prefix="bench-distributed-")
     crawl_id = f"bench-{time.time_ns()}"
     fleet = start_fleet(crawl_id, out, config, specs, hosts, True, None, None)
-    marks: list[tuple[float, list[dict[str, Any]]]] = []
+    marks: list[tuple[float, list[dict[str, Any]], CpuTimes]] = []
 
     def mark(progress: Progress) -> None:
         if not marks and progress.elapsed_s >= seconds / 3:
-            marks.append((progress.elapsed_s, [n.status() for n in fleet.nodes]))
+            marks.append((progress.elapsed_s, [n.status() for n in fleet.nodes], cpu_times(sim)))
 
-    stolen_before = stolen_cpu_s()
     try:
         coordinator = Coordinator(fleet.nodes, fleet.owner, None, exchange=fleet.exchange)
         coordinator.seed([sim.hub_url])
@@ -116,12 +115,13 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
             poll_s=0.1, on_progress=mark, progress_every_s=0.2, max_s=seconds
         )
         end = [n.status() for n in fleet.nodes]
-        stolen = (stolen_cpu_s() - stolen_before) / progress.elapsed_s
+        machine = cpu_times(sim)
     finally:
         stop_fleet(fleet)
         shutil.rmtree(out, ignore_errors=True)
         sim.request_log(clear=True)
-    started, start = marks[0]
+    started, start, machine_start = marks[0]
+    steady_s = progress.elapsed_s - started
 
     def delta(key: str, link: bool = True) -> list[float]:
         return [
@@ -134,25 +134,48 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     hits, misses = sum(delta("cache_hits")), sum(delta("cache_misses"))
     return {
         "pages": progress.pages,
-        "pages_per_s": sum(pages) / (progress.elapsed_s - started),
+        "pages_per_s": sum(pages) / steady_s,
         "remote_calls_per_page": sum(delta("remote_calls")) / max(1, sum(pages)),
         "mean_batch": sum(delta("batch_urls")) / max(1, sum(delta("batches"))),
         "cache_hit_rate": hits / max(1, hits + misses),
         "hosts_moved": int(sum(s["link"]["hosts_adopted"] for s in end)),
         "pages_per_cpu_s": [p / max(1e-9, c) for p, c in zip(pages, cpu, strict=True)],
-        "stolen_cpus": stolen,
+        # Where the machine's CPUs went in the steady state, in CPUs: the nodes' processes,
+        # websim's, everything else (Ray's actors and daemons, the driver), and what the
+        # hypervisor gave to other machines (Linux `steal`; on a shared virtual machine it
+        # moves throughput by tens of percent).
+        "cpus_nodes": sum(cpu) / steady_s,
+        "cpus_websim": (machine.websim - machine_start.websim) / steady_s,
+        "cpus_other": (
+            (machine.busy - machine_start.busy) - sum(cpu) - (machine.websim - machine_start.websim)
+        )
+        / steady_s,
+        "stolen_cpus": (machine.stolen - machine_start.stolen) / steady_s,
     }
 
 
-def stolen_cpu_s() -> float:
-    """CPU-seconds the hypervisor gave to other machines (Linux `steal`): on a shared virtual
-    machine it moves throughput by tens of percent, so every figure comes with it."""
+@dataclass(frozen=True)
+class CpuTimes:
+    busy: float  # CPU-seconds the machine spent running anything
+    stolen: float
+    websim: float  # of them, websim's server process
+
+
+def cpu_times(sim: WebSim) -> CpuTimes:
+    """The machine's CPU-seconds so far (Linux /proc; zeros elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK")
     try:
         with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
-        return 0.0
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (
+                int(field) for field in stat.readline().split()[1:9]
+            )
+        with open(f"/proc/{sim.pid}/stat") as stat:
+            # Fields 14 and 15: user and system time; the name (field 2) has no spaces here.
+            websim = sum(int(field) for field in stat.read().split()[13:15])
+    except (OSError, ValueError):
+        return CpuTimes(0.0, 0.0, 0.0)
+    busy = user + nice + system + irq + softirq
+    return CpuTimes(busy / tick, steal / tick, websim / tick)
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -265,8 +288,9 @@ def main() -> None:
     for nodes, r in scaled.items():
         print(
             f"{nodes} node(s): {r['pages_per_s']:.1f} pages/s, pages per CPU-second per node:"
-            f" {', '.join(f'{v:.0f}' for v in r['pages_per_cpu_s'])}"
-            f" ({r['stolen_cpus']:.2f} CPUs stolen by the hypervisor)"
+            f" {', '.join(f'{v:.0f}' for v in r['pages_per_cpu_s'])}; CPUs used by the nodes"
+            f" {r['cpus_nodes']:.2f}, websim {r['cpus_websim']:.2f}, the rest"
+            f" {r['cpus_other']:.2f}; stolen by the hypervisor {r['stolen_cpus']:.2f}"
         )
     scaling = {str(n): r["pages_per_s"] for n, r in scaled.items()}
     print(f"scaling 2 nodes / 1 node: {scaling['2'] / scaling['1']:.2f}x")
