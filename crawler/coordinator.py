@@ -49,7 +49,9 @@ class NodeHandle(Protocol):
     def status(self) -> dict[str, Any]: ...
     def grant(self, pages: int) -> None: ...
     def reclaim(self) -> int: ...
-    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None: ...
+    def restore(
+        self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
+    ) -> None: ...
     def flush(self) -> None: ...
 
 
@@ -130,20 +132,27 @@ class Coordinator:
         self._grant_initial_budget()
 
     def resume(
-        self, pending: dict[str, tuple[int, int]], done: set[str], budget_spent: int
+        self,
+        pending: dict[str, tuple[int, int]],
+        done: set[str],
+        budget_spent: int,
+        admitted: list[str],
     ) -> None:
         """Start from a checkpoint instead of the seeds: each node gets the done and pending
-        URLs of its servers; the page budget left is what the first run did not use."""
+        URLs of its servers, and those its servers had admitted (crawler.limits); the page
+        budget left is what the first run did not use."""
         pending_by_node: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
         done_by_node: dict[str, list[str]] = defaultdict(list)
+        admitted_by_node: dict[str, list[str]] = defaultdict(list)
         for url, (depth, attempt) in pending.items():
             pending_by_node[self.owner[host_key(url)]].append((url, depth, attempt))
-        for url in done:
-            node_id = self.owner.get(host_key(url))
-            if node_id is not None:
-                done_by_node[node_id].append(url)
+        for urls, by_node in ((done, done_by_node), (admitted, admitted_by_node)):
+            for url in urls:
+                node_id = self.owner.get(host_key(url))
+                if node_id is not None:
+                    by_node[node_id].append(url)
         for node_id, node in self.nodes.items():
-            node.restore(pending_by_node[node_id], done_by_node[node_id])
+            node.restore(pending_by_node[node_id], done_by_node[node_id], admitted_by_node[node_id])
         if self.max_pages is not None:
             self.unassigned_budget = max(0, self.max_pages - budget_spent)
         self._grant_initial_budget()

@@ -14,8 +14,8 @@ server moves only while no connection to it is open (one with a connection leave
 current request is done), and it takes along what its next owner needs so that nothing is
 lost or fetched twice and politeness holds: its queued URLs, the exact set of its URLs seen so
 far, its robots.txt rules and its rate controller (what the server's limits taught it, and
-when its next request is allowed). Not taken along: the per-server counts of crawler.limits
-(the next owner counts afresh) and the redirect hops of queued redirect targets.
+when its next request is allowed), what it used of the page budget and trap limits of
+crawler.limits, and the redirect hops of its queued redirect targets.
 
 Double buffering (`exchange_batch` > 1): worker threads only append the foreign URLs they
 find (those the dedup cache does not know) to a buffer; the node's exchange thread sends a
@@ -47,6 +47,7 @@ from typing import Any, Protocol, TypeVar
 
 from crawler.config import CrawlConfig
 from crawler.dedup import SeenCache, split_by_shard
+from crawler.limits import ServerCounts
 from crawler.urls import host_key
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class HostState:
     refused: str | None = None
     wait_s: float = 0.0  # politeness: no request to it before this long after the handover
     inbox: list[Item] = field(default_factory=list)  # URLs sent to it while it was between owners
+    limits: ServerCounts = field(default_factory=ServerCounts)  # what it used of crawler.limits
+    redirects: dict[str, int] = field(default_factory=dict)  # queued URL -> redirects to it
 
     @property
     def urls(self) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from crawler.config import CrawlConfig
@@ -69,16 +71,49 @@ def path_pattern(path: str, query: str) -> str:
 # Error classes of URLs refused before any request; like robots.txt refusals, they do not
 # spend the --max-pages budget.
 REFUSAL_CLASSES = ("url_too_long", "trap", "host_budget")
+# Error classes of fetches rows whose URL never passed `UrlLimits.admit`: refused by robots.txt
+# or a limit, or failed with their whole server (its address refused, robots.txt unavailable).
+NOT_ADMITTED_CLASSES = (
+    "robots_disallowed",
+    *REFUSAL_CLASSES,
+    "address_refused",
+    "robots_unavailable",
+)
+
+
+@dataclass
+class ServerCounts:
+    """What one server has used of the limits: URLs admitted, in all and per URL shape. It
+    travels with the server when the server moves to another node."""
+
+    pages: int = 0
+    patterns: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: ServerCounts) -> None:
+        self.pages += other.pages
+        self.patterns.update(other.patterns)
+
+
+def counts_of(urls: Iterable[str]) -> dict[str, ServerCounts]:
+    """Per server, the counts of URLs already admitted (a resumed crawl, or the servers of a
+    dead node, rebuild them from the output)."""
+    counts: dict[str, ServerCounts] = {}
+    for url in urls:
+        parts = urlsplit(url)
+        server = counts.setdefault(parts.netloc, ServerCounts())
+        server.pages += 1
+        server.patterns[path_pattern(parts.path, parts.query)] += 1
+    return counts
 
 
 class UrlLimits:
     """A node's admission rules for first fetches. Counts are per server, and exact because a
-    server belongs to one node; a resumed crawl starts counting afresh."""
+    server belongs to one node at a time: they go with it when it moves (`take`, `restore`),
+    and a resumed crawl rebuilds them from its output (`counts_of`)."""
 
     def __init__(self, config: CrawlConfig) -> None:
         self._config = config
-        self._pages: Counter[str] = Counter()  # server -> URLs admitted
-        self._patterns: Counter[tuple[str, str]] = Counter()  # (server, pattern) -> admitted
+        self._servers: dict[str, ServerCounts] = {}
         self._lock = threading.Lock()
 
     def admit(self, url: str) -> str | None:
@@ -94,15 +129,26 @@ class UrlLimits:
             if count > config.trap_max_segment_repeats:
                 return f"trap: path segment {segment[:50]!r} occurs {count} times"
         host = parts.netloc
-        pattern = (host, path_pattern(parts.path, parts.query))
+        pattern = path_pattern(parts.path, parts.query)
         with self._lock:
-            if self._pages[host] >= config.max_pages_per_host:
+            counts = self._servers.setdefault(host, ServerCounts())
+            if counts.pages >= config.max_pages_per_host:
                 return f"host_budget: {config.max_pages_per_host} URLs fetched from {host}"
-            if self._patterns[pattern] >= config.trap_max_urls_per_pattern:
+            if counts.patterns[pattern] >= config.trap_max_urls_per_pattern:
                 return (
-                    f"trap: {config.trap_max_urls_per_pattern} URLs like {pattern[1][:100]} "
+                    f"trap: {config.trap_max_urls_per_pattern} URLs like {pattern[:100]} "
                     "fetched already"
                 )
-            self._pages[host] += 1
-            self._patterns[pattern] += 1
+            counts.pages += 1
+            counts.patterns[pattern] += 1
         return None
+
+    def take(self, host: str) -> ServerCounts:
+        """A server's counts, which leave with it."""
+        with self._lock:
+            return self._servers.pop(host, None) or ServerCounts()
+
+    def restore(self, host: str, counts: ServerCounts) -> None:
+        """Counts a server brings along, or that a resumed crawl rebuilt."""
+        with self._lock:
+            self._servers.setdefault(host, ServerCounts()).add(counts)

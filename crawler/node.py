@@ -22,7 +22,7 @@ from crawler.config import CrawlConfig
 from crawler.exchange import HostState, PeerLink
 from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
-from crawler.limits import UrlLimits, strip_session_ids
+from crawler.limits import UrlLimits, counts_of, strip_session_ids
 from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
@@ -144,9 +144,14 @@ class CrawlerNode:
             self._link.forward(elsewhere)
         return added
 
-    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
+    def restore(
+        self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
+    ) -> None:
         """Resume from a checkpoint: `done` URLs are never fetched again, `pending` ones
-        (url, depth, attempt of the next try) are queued; retries go first."""
+        (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
+        URLs the first run let through crawler.limits, which count against them again."""
+        for host, counts in counts_of(admitted).items():
+            self._limits.restore(host, counts)
         with self._lock:
             self._seen.update(done)
             for url, depth, attempt in pending:
@@ -246,6 +251,9 @@ class CrawlerNode:
         for server in servers:
             wait_s = max(0.0, server.ready_at() - now)
             tasks = server.drain()
+            redirects = {
+                t.url: self._redirects.pop(t.url) for t in tasks if t.url in self._redirects
+            }
             # Idle and empty now: its heap entries go stale and no worker takes it again.
             self._frontier.release(server)
             self._owned.discard(server.host)
@@ -264,6 +272,8 @@ class CrawlerNode:
                     robots_failures=server.robots_failures,
                     refused=server.refused,
                     wait_s=wait_s,
+                    limits=self._limits.take(server.host),
+                    redirects=redirects,
                 )
             )
         if states:
@@ -288,6 +298,8 @@ class CrawlerNode:
                 server.robots_failures = state.robots_failures
                 server.refused = state.refused
                 server.paused_until = max(server.paused_until, now + state.wait_s)
+                self._limits.restore(state.host, state.limits)
+                self._redirects.update(state.redirects)
                 self._seen.update(state.seen)
                 for url, depth, attempt, quality in state.tasks:
                     task = UrlTask(url, depth, attempt, quality)

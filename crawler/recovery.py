@@ -23,6 +23,8 @@ from pathlib import Path
 import duckdb
 
 from crawler.exchange import HostState, Item
+from crawler.limits import counts_of
+from storage.checkpoint import ADMITTED_SQL, BUDGET_SQL
 from storage.checkpoint import _final as is_final  # the resume rule, defined once
 from storage.schema import COMMITTED_DATASETS, DATASETS
 
@@ -52,6 +54,7 @@ class OutputRecovery:
         done: set[str] = set()
         attempts: dict[str, int] = {}
         spent = 0
+        admitted: list[str] = []
         if fetch_files:
             rows = con.execute(
                 "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
@@ -62,9 +65,16 @@ class OutputRecovery:
                 attempts[url] = max(attempts.get(url, 0), attempt)
                 if is_final(status, error):
                     done.add(url)
+            admitted = [
+                url
+                for (url,) in con.execute(
+                    f"SELECT DISTINCT url FROM read_parquet(?) WHERE {ADMITTED_SQL} "
+                    "AND list_contains(?, url_host_name)",
+                    [fetch_files, hosts],
+                ).fetchall()
+            ]
             spent = con.execute(
-                "SELECT count(DISTINCT url) FILTER (WHERE attempt = 1 "
-                "AND url_path <> '/robots.txt' AND coalesce(error, '') <> 'robots_disallowed') "
+                f"SELECT count(DISTINCT url) FILTER (WHERE {BUDGET_SQL}) "
                 "FROM read_parquet(?) WHERE node_id = ?",
                 [fetch_files, node_id],
             ).fetchall()[0][0]
@@ -85,6 +95,8 @@ class OutputRecovery:
                     [own_files, hosts],
                 ).fetchall()
         states = {host: HostState(host) for host in hosts}
+        for host, counts in counts_of(admitted).items():
+            states[host].limits = counts
         for seed in self.seeds:
             if seed.split("/", 3)[2] in states:
                 pending.setdefault(seed, 0)

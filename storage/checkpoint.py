@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import REFUSAL_CLASSES
+from crawler.limits import NOT_ADMITTED_CLASSES, REFUSAL_CLASSES
 from crawler.politeness import is_retryable
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
@@ -27,10 +27,25 @@ class Checkpoint:
     # URL -> (depth, attempt of its next try)
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)
     budget_spent: int = 0  # URLs that counted against --max-pages
+    admitted: list[str] = field(default_factory=list)  # URLs that counted against crawler.limits
 
     @property
     def empty(self) -> bool:
         return not self.done and not self.pending
+
+
+def _error_class_in(classes: tuple[str, ...]) -> str:
+    return "split_part(coalesce(error, ''), ':', 1) IN ({})".format(
+        ", ".join(f"'{name}'" for name in classes)
+    )
+
+
+# Conditions on fetches rows, the node's rules: the first tries that spent the --max-pages
+# budget (not robots.txt itself, nor URLs refused before any request), and those that passed
+# crawler.limits (neither, nor URLs failed with their whole server).
+_FIRST_TRY = "attempt = 1 AND url_path <> '/robots.txt'"
+BUDGET_SQL = f"{_FIRST_TRY} AND NOT {_error_class_in(('robots_disallowed', *REFUSAL_CLASSES))}"
+ADMITTED_SQL = f"{_FIRST_TRY} AND NOT {_error_class_in(NOT_ADMITTED_CLASSES)}"
 
 
 def _final(status: int | None, error: str | None) -> bool:
@@ -58,14 +73,16 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
             attempts[url] = max(attempts.get(url, 0), attempt)
             if _final(status, error):
                 checkpoint.done.add(url)
-        # The same rule as the node's: first tries count; robots.txt, and URLs refused before
-        # any request (robots, limits), do not.
-        refused = ", ".join(f"'{kind}'" for kind in ("robots_disallowed", *REFUSAL_CLASSES))
         checkpoint.budget_spent = con.execute(
-            "SELECT count(DISTINCT url) FILTER (WHERE attempt = 1 AND url_path <> '/robots.txt' "
-            f"AND split_part(coalesce(error, ''), ':', 1) NOT IN ({refused})) "
+            f"SELECT count(DISTINCT url) FILTER (WHERE {BUDGET_SQL}) "
             f"FROM read_parquet('{commit}/*.parquet')"
         ).fetchall()[0][0]
+        checkpoint.admitted = [
+            url
+            for (url,) in con.execute(
+                f"SELECT DISTINCT url FROM read_parquet('{commit}/*.parquet') WHERE {ADMITTED_SQL}"
+            ).fetchall()
+        ]
     discovered_dir = crawl_dir / "discovered"
     if any(discovered_dir.glob("*.parquet")):
         rows = con.execute(

@@ -45,7 +45,9 @@ def drive_crawl(
     if checkpoint.empty:
         coordinator.seed(seeds)
     else:
-        coordinator.resume(checkpoint.pending, checkpoint.done, checkpoint.budget_spent)
+        coordinator.resume(
+            checkpoint.pending, checkpoint.done, checkpoint.budget_spent, checkpoint.admitted
+        )
     artifact_id = create_progress_artifact(
         progress=0.0, key="crawl-progress", description="URLs done / URLs known"
     )

@@ -51,8 +51,10 @@ class RayNode:
     def reclaim(self) -> int:
         return self._get(self.actor.reclaim.remote())
 
-    def restore(self, pending: list[tuple[str, int, int]], done: list[str]) -> None:
-        self._get(self.actor.restore.remote(pending, done))
+    def restore(
+        self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
+    ) -> None:
+        self._get(self.actor.restore.remote(pending, done, admitted))
 
     def flush(self) -> None:
         self._get(self.actor.flush.remote())

@@ -1,4 +1,5 @@
-"""Takeover of a dead node from the committed output (crawler/recovery.py)."""
+"""Takeover of a dead node (crawler/recovery.py), and resume (storage/checkpoint.py), from the
+committed output."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crawler.recovery import OutputRecovery
+from storage.checkpoint import load_checkpoint
 from storage.schema import DATASETS
 
 A, B, C = "a.test:80", "b.test:80", "c.test:80"
@@ -83,3 +85,53 @@ def test_a_dead_nodes_servers_come_back_with_done_pending_and_unsent_urls(tmp_pa
     assert sorted(state.seen) == [f"http://{B}/1", f"http://{B}/2"]
     assert recovered.budget_spent == 2
     assert recovered.foreign == [(f"http://{C}/9", 1)]
+
+
+def test_a_dead_nodes_servers_keep_what_they_used_of_the_limits(tmp_path):
+    # Both nodes fetched from b.test (it moved); refusals and robots.txt never passed the limits.
+    write(
+        tmp_path,
+        "fetches",
+        "node-0-000001",
+        [fetch(f"http://{B}/cal/2024/1", "node-0"), fetch(f"http://{B}/robots.txt", "node-0")],
+    )
+    write(
+        tmp_path,
+        "fetches",
+        "node-1-000001",
+        [
+            fetch(f"http://{B}/cal/2024/2", "node-1", status=503),
+            fetch(f"http://{B}/cal/2024/2", "node-1", attempt=2),  # counted with its first try
+            fetch(f"http://{B}/about", "node-1"),
+            fetch(f"http://{B}/x", "node-1", status=None, error="trap: URLs like /x"),
+            fetch(f"http://{B}/y", "node-1", status=None, error="robots_disallowed"),
+            fetch(f"http://{A}/1", "node-1"),  # not one of the dead node's servers
+        ],
+    )
+
+    recovered = OutputRecovery(tmp_path, [])("node-1", [B])
+
+    (state,) = recovered.states
+    assert state.limits.pages == 3
+    assert state.limits.patterns == {"/cal/*/*": 2, "/about": 1}
+    # Its page budget: first tries on any server, refusals aside (the checkpoint's rule).
+    assert recovered.budget_spent == 3
+
+
+def test_a_resumed_crawl_counts_the_urls_its_first_run_let_through_the_limits(tmp_path):
+    write(tmp_path, "discovered", "node-0-000001", [found(f"http://{A}/2", "node-0")])
+    write(
+        tmp_path,
+        "fetches",
+        "node-0-000001",
+        [
+            fetch(f"http://{A}/1", "node-0"),
+            fetch(f"http://{A}/robots.txt", "node-0"),
+            fetch(f"http://{A}/2", "node-0", status=None, error="host_budget: 1 URLs fetched"),
+            fetch(f"http://{B}/1", "node-0", status=None, error="address_refused: private"),
+        ],
+    )
+
+    checkpoint = load_checkpoint(tmp_path, [f"http://{A}/1"])
+
+    assert checkpoint.admitted == [f"http://{A}/1"]

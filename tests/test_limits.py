@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import ConfigError, CrawlConfig, config_from_dict
-from crawler.limits import UrlLimits, path_pattern, strip_session_ids
+from crawler.limits import UrlLimits, counts_of, path_pattern, strip_session_ids
+from crawler.node import CrawlerNode
 from crawler.urls import MAX_URL_LENGTH
 
 
@@ -88,3 +89,48 @@ def test_limit_defaults_and_validation():
     ):
         with pytest.raises(ConfigError):
             config_from_dict(bad)
+
+
+def test_a_servers_counts_leave_with_it_and_count_where_it_goes():
+    config = CrawlConfig(max_pages_per_host=3, trap_max_urls_per_pattern=2)
+    here, there = UrlLimits(config), UrlLimits(config)
+    assert here.admit("http://a.example/cal/1") is None
+    assert here.admit("http://a.example/cal/2") is None
+    assert here.admit("http://b.example/1") is None
+
+    there.restore("a.example", here.take("a.example"))
+
+    assert there.admit("http://a.example/cal/3") == "trap: 2 URLs like /cal/* fetched already"
+    assert there.admit("http://a.example/about") is None
+    assert there.admit("http://a.example/team") == "host_budget: 3 URLs fetched from a.example"
+    # What left is gone here; other servers' counts stay.
+    assert here.admit("http://a.example/cal/3") is None
+    assert here.take("b.example").pages == 1
+
+
+def test_counts_rebuilt_from_admitted_urls_are_those_admit_would_have_made():
+    urls = ["http://a.example/cal/1", "http://a.example/cal/2?x=1", "http://b.example/"]
+    counts = counts_of(urls)
+    assert counts["a.example"].pages == 2
+    assert counts["a.example"].patterns == {"/cal/*": 1, "/cal/*?": 1}
+    assert counts["b.example"].pages == 1
+
+
+def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
+    config = CrawlConfig(max_pages_per_host=5)
+    host = "a.example:80"
+    sender = CrawlerNode("node-0", "c", str(tmp_path), config, [host], [host], True, None)
+    receiver = CrawlerNode("node-1", "c", str(tmp_path), config, [], [host], True, None)
+    # A resumed crawl: two URLs of the server were admitted by the first run, one is queued.
+    admitted = [f"http://{host}/cal/1", f"http://{host}/cal/2"]
+    sender.restore([(f"http://{host}/next", 1, 1)], admitted, admitted)
+
+    (state,) = sender.export_hosts(want_urls=10, max_urls=10)
+    receiver.adopt_hosts([state])
+    (back,) = receiver.export_hosts(want_urls=10, max_urls=10)
+
+    assert state.limits.pages == back.limits.pages == 2
+    assert back.limits.patterns == {"/cal/*": 2}
+    assert [task[0] for task in back.tasks] == [f"http://{host}/next"]
+    sender.close()
+    receiver.close()
