@@ -21,6 +21,7 @@ from crawler.exchange import Exchange, PeerLink, link_settings
 from crawler.node import CrawlerNode
 from crawler.recovery import OutputRecovery
 from crawlflow.demo import coverage
+from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
 
@@ -93,11 +94,12 @@ def in_process_crawl(
     assignment: list[list[str]],
     kill_after: int | None = None,
     max_pages: int | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[list[Mortal], Exchange, dict[str, Any]]:
     """Crawl from the hub with one node per entry of `assignment` (its servers); with
     `kill_after`, node-1 crashes once it has fetched that many URLs."""
     sim.request_log(clear=True)
-    config = config_from_dict(SETTINGS)
+    config = config_from_dict({**SETTINGS, **(settings or {})})
     hosts = sim.servers
     owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
     exchange = Exchange(owner, shards=[BloomShard(100_000, 1e-6)])
@@ -161,6 +163,25 @@ def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_pa
     assert all(node.node.status()["fetches"] > 0 for node in nodes)
     link = nodes[0].node.status()["link"]
     assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
+
+
+def test_a_servers_page_budget_holds_when_it_moves_between_nodes(web, tmp_path):
+    hosts = web.servers
+    budget = 30  # of about 115 pages a server
+    _, exchange, _ = in_process_crawl(
+        web, tmp_path, [hosts, [], []], settings={"max_pages_per_host": budget}
+    )
+    assert exchange.moved_hosts >= 2
+    admitted = dict(
+        connect(tmp_path / "c")
+        .execute(
+            f"SELECT url_host_name, count(DISTINCT url) FROM fetches WHERE {ADMITTED_SQL} "
+            "GROUP BY url_host_name"
+        )
+        .fetchall()
+    )
+    assert set(admitted) == set(hosts)
+    assert all(count == budget for count in admitted.values()), admitted
 
 
 def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
