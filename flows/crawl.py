@@ -1,4 +1,4 @@
-"""The `crawl` flow: plan, allocate, launch nodes, crawl, close, report."""
+"""The `crawl` flow: plan, allocate, launch nodes, crawl, close, collect, report."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from prefect.runtime import flow_run
 
 from crawler.config import config_from_dict
 from tasks.allocate import allocate_nodes
+from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes
 from tasks.plan import plan_crawl
@@ -51,5 +52,6 @@ def crawl(
         usage = drive_crawl(fleet, scope.seeds, max_pages, checkpoint)
     finally:
         close_nodes(fleet)
+    collect_output(out_dir, crawl_id)
     # Nodes used (planned, added, lost) beside the crawl's own summary.
     return {**report_crawl(out_dir, crawl_id), "nodes": usage}

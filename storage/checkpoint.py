@@ -17,6 +17,7 @@ import duckdb
 
 from crawler.limits import NOT_ADMITTED_CLASSES, REFUSAL_CLASSES
 from crawler.politeness import is_retryable
+from storage.compaction import finish_compaction
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
 
@@ -60,6 +61,7 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
     *partial, commit = (crawl_dir / name for name in COMMITTED_DATASETS)
     if not commit.is_dir():
         return Checkpoint()
+    finish_compaction(crawl_dir)  # before the commit rule: it may be mid-way through renames
     discard_uncommitted(partial, commit)
     con = duckdb.connect()
     checkpoint = Checkpoint()

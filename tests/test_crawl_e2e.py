@@ -83,4 +83,6 @@ def test_output_reads_back_in_duckdb_with_documented_columns(crawl_result):
         "SELECT count(*) FROM fetches WHERE error = 'robots_disallowed' AND fetch_status IS NULL"
     ).fetchall()[0]
     assert denied > 0
-    assert all(p.suffix == ".parquet" for p in (crawl_dir / "pages").iterdir())
+    # The flow's collect step merged each dataset's batch files into one.
+    for dataset in ("discovered", "pages", "fetches", "metrics"):
+        assert [p.name for p in (crawl_dir / dataset).iterdir()] == ["compacted-000001.parquet"]

@@ -83,3 +83,5 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     }
     assert page_urls == html_expected
     assert not list(crawl_dir.rglob("*.tmp"))
+    # Both runs' batch files, merged by the resumed run's collect step.
+    assert [p.name for p in (crawl_dir / "fetches").iterdir()] == ["compacted-000001.parquet"]

@@ -1,0 +1,132 @@
+"""Compaction of a finished crawl's batch files (storage/compaction.py), crash included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import storage.compaction as compaction
+from storage.checkpoint import load_checkpoint
+from storage.compaction import JOURNAL, compact
+from storage.schema import COMMITTED_DATASETS, DATASETS
+from storage.views import connect
+from storage.writer import CommitGroupWriter, ParquetDatasetWriter
+
+HOST = "a.test:80"
+QUERIES = {
+    "fetches": "SELECT url, attempt FROM fetches ORDER BY ALL",
+    "pages": "SELECT url, content FROM pages ORDER BY ALL",
+    "discovered": "SELECT url, depth FROM discovered ORDER BY ALL",
+    "metrics": "SELECT metric, value FROM metrics ORDER BY ALL",
+}
+
+
+def crawl_output(crawl_dir: Path, batches: int = 4) -> None:
+    """What two nodes leave: `batches` committed batches each, and metrics files."""
+    for node in ("node-0", "node-1"):
+        group = CommitGroupWriter(
+            {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
+            prefix=node,
+            batch_rows=1_000,
+            interval_s=3600,
+        )
+        metrics = ParquetDatasetWriter(crawl_dir / "metrics", DATASETS["metrics"], node, 1, 3600)
+        for batch in range(batches):
+            url = f"http://{HOST}/{node}/{batch}"
+            group.record(
+                {
+                    "discovered": [{"crawl_id": "c", "url": url + "/next", "depth": 2}],
+                    "pages": [{"crawl_id": "c", "url": url, "content": f"page {batch}"}],
+                    "fetches": [{"crawl_id": "c", "url": url, "attempt": 1, "fetch_status": 200}],
+                }
+            )
+            group.flush()
+            metrics.write({"crawl_id": "c", "node_id": node, "metric": "pages", "value": batch})
+
+
+def contents(crawl_dir: Path) -> dict[str, list[tuple]]:
+    con = connect(crawl_dir)
+    return {name: con.execute(query).fetchall() for name, query in QUERIES.items()}
+
+
+def files(crawl_dir: Path) -> dict[str, list[str]]:
+    return {name: sorted(p.name for p in (crawl_dir / name).iterdir()) for name in QUERIES}
+
+
+def test_every_dataset_becomes_one_file_with_the_same_rows(tmp_path):
+    crawl_output(tmp_path)
+    before = contents(tmp_path)
+
+    result = compact(tmp_path)
+
+    assert (result.files_before, result.files_after) == (32, 4)
+    assert all(names == ["compacted-000001.parquet"] for names in files(tmp_path).values())
+    assert contents(tmp_path) == before
+    checkpoint = load_checkpoint(tmp_path, [])
+    assert len(checkpoint.done) == 8 and len(checkpoint.pending) == 8
+    # A resumed crawl adds batch files; the next compaction merges them with the first.
+    crawl_output(tmp_path, batches=1)
+    assert compact(tmp_path).files_after == 4
+    assert len(contents(tmp_path)["fetches"]) == 10
+
+
+def test_a_crawl_with_one_batch_is_left_as_it_is(tmp_path):
+    crawl_output(tmp_path, batches=1)
+    for name in COMMITTED_DATASETS:  # node-1's batch never happened
+        (tmp_path / name / "node-1-000001.parquet").unlink()
+    (tmp_path / "metrics" / "node-1-000001.parquet").unlink()
+    before = files(tmp_path)
+    assert compact(tmp_path).files_after == 4
+    assert files(tmp_path) == before
+
+
+def test_a_crash_before_the_journal_leaves_the_batches_and_no_merged_file(tmp_path, monkeypatch):
+    crawl_output(tmp_path)
+    before = contents(tmp_path)
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compaction.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        compact(tmp_path)
+    monkeypatch.undo()
+
+    assert not (tmp_path / JOURNAL).exists()
+    load_checkpoint(tmp_path, [])  # what a resumed crawl does first
+    assert contents(tmp_path) == before
+    # The next compaction starts over: its leftovers go, nothing is counted twice.
+    compact(tmp_path)
+    assert all(names == ["compacted-000001.parquet"] for names in files(tmp_path).values())
+    assert contents(tmp_path) == before
+
+
+@pytest.mark.parametrize("renames_done", [0, 1, 3])
+def test_a_crash_after_the_journal_is_finished_by_the_next_resume(
+    tmp_path, monkeypatch, renames_done
+):
+    crawl_output(tmp_path)
+    before = contents(tmp_path)
+    real_replace = compaction.os.replace
+    calls = []
+
+    def crash_after_some(source, destination):
+        # The first call writes the journal; merged files are renamed after it.
+        if len(calls) == 1 + renames_done:
+            raise KeyboardInterrupt
+        calls.append(destination)
+        real_replace(source, destination)
+
+    monkeypatch.setattr(compaction.os, "replace", crash_after_some)
+    with pytest.raises(KeyboardInterrupt):
+        compact(tmp_path)
+    monkeypatch.undo()
+    assert (tmp_path / JOURNAL).exists()
+
+    checkpoint = load_checkpoint(tmp_path, [])
+
+    assert not (tmp_path / JOURNAL).exists()
+    assert all(names == ["compacted-000001.parquet"] for names in files(tmp_path).values())
+    assert contents(tmp_path) == before
+    assert len(checkpoint.done) == 8 and len(checkpoint.pending) == 8
