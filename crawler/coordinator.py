@@ -135,12 +135,11 @@ class Coordinator:
         self,
         pending: dict[str, tuple[int, int]],
         done: set[str],
-        budget_spent: int,
         admitted: list[str],
     ) -> None:
         """Start from a checkpoint instead of the seeds: each node gets the done and pending
         URLs of its servers, and those its servers had admitted (crawler.limits); the page
-        budget left is what the first run did not use."""
+        budget left is what the admitted URLs did not use."""
         pending_by_node: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
         done_by_node: dict[str, list[str]] = defaultdict(list)
         admitted_by_node: dict[str, list[str]] = defaultdict(list)
@@ -154,7 +153,7 @@ class Coordinator:
         for node_id, node in self.nodes.items():
             node.restore(pending_by_node[node_id], done_by_node[node_id], admitted_by_node[node_id])
         if self.max_pages is not None:
-            self.unassigned_budget = max(0, self.max_pages - budget_spent)
+            self.unassigned_budget = max(0, self.max_pages - len(admitted))
         self._grant_initial_budget()
 
     def _grant_initial_budget(self) -> None:

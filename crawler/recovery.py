@@ -24,7 +24,7 @@ import duckdb
 
 from crawler.exchange import HostState, Item
 from crawler.limits import counts_of
-from storage.checkpoint import ADMITTED_SQL, BUDGET_SQL
+from storage.checkpoint import ADMITTED_SQL
 from storage.checkpoint import _final as is_final  # the resume rule, defined once
 from storage.schema import COMMITTED_DATASETS, DATASETS
 
@@ -32,14 +32,19 @@ from storage.schema import COMMITTED_DATASETS, DATASETS
 @dataclass
 class Recovered:
     states: list[HostState]  # the dead node's servers, with their URLs done (seen) and pending
-    budget_spent: int  # URLs of the page budget its committed fetches used (checkpoint rule)
+    budget_spent: int  # of the page budget, what its committed fetches used in this run
     foreign: list[Item]  # URLs of other servers it found, perhaps never sent
 
 
 class OutputRecovery:
-    def __init__(self, crawl_dir: Path, seeds: list[str]) -> None:
+    def __init__(
+        self, crawl_dir: Path, seeds: list[str], admitted_before: set[str] | None = None
+    ) -> None:
+        """`admitted_before`: the URLs a resumed crawl's earlier runs admitted (its checkpoint):
+        their budget was spent before this run, by nodes whose ids this run reuses."""
         self.crawl_dir = crawl_dir
         self.seeds = seeds
+        self.admitted_before = admitted_before or set()
 
     def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
         """What the dead `node_id`, owner of `hosts`, leaves to the others."""
@@ -73,11 +78,14 @@ class OutputRecovery:
                     [fetch_files, hosts],
                 ).fetchall()
             ]
-            spent = con.execute(
-                f"SELECT count(DISTINCT url) FILTER (WHERE {BUDGET_SQL}) "
-                "FROM read_parquet(?) WHERE node_id = ?",
-                [fetch_files, node_id],
-            ).fetchall()[0][0]
+            spent = sum(
+                url not in self.admitted_before
+                for (url,) in con.execute(
+                    f"SELECT DISTINCT url FROM read_parquet(?) WHERE {ADMITTED_SQL} "
+                    "AND node_id = ?",
+                    [fetch_files, node_id],
+                ).fetchall()
+            )
         pending: dict[str, int] = {}
         foreign: list[Item] = []
         if discovered_files:

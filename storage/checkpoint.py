@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import NOT_ADMITTED_CLASSES, REFUSAL_CLASSES
+from crawler.limits import NOT_ADMITTED_CLASSES
 from crawler.politeness import is_retryable
 from storage.compaction import finish_compaction
 from storage.schema import COMMITTED_DATASETS
@@ -27,8 +27,8 @@ class Checkpoint:
     done: set[str] = field(default_factory=set)
     # URL -> (depth, attempt of its next try)
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)
-    budget_spent: int = 0  # URLs that counted against --max-pages
-    admitted: list[str] = field(default_factory=list)  # URLs that counted against crawler.limits
+    # URLs that passed crawler.limits, and so spent the --max-pages budget.
+    admitted: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -41,12 +41,13 @@ def _error_class_in(classes: tuple[str, ...]) -> str:
     )
 
 
-# Conditions on fetches rows, the node's rules: the first tries that spent the --max-pages
-# budget (not robots.txt itself, nor URLs refused before any request), and those that passed
-# crawler.limits (neither, nor URLs failed with their whole server).
-_FIRST_TRY = "attempt = 1 AND url_path <> '/robots.txt'"
-BUDGET_SQL = f"{_FIRST_TRY} AND NOT {_error_class_in(('robots_disallowed', *REFUSAL_CLASSES))}"
-ADMITTED_SQL = f"{_FIRST_TRY} AND NOT {_error_class_in(NOT_ADMITTED_CLASSES)}"
+# The fetches rows of URLs that passed crawler.limits (the node's rule), which are also those
+# that spent the --max-pages budget: first tries, not robots.txt itself, nor URLs refused
+# before any request or failed with their whole server.
+ADMITTED_SQL = (
+    "attempt = 1 AND url_path <> '/robots.txt' "
+    f"AND NOT {_error_class_in(NOT_ADMITTED_CLASSES)}"
+)
 
 
 def _final(status: int | None, error: str | None) -> bool:
@@ -75,10 +76,6 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
             attempts[url] = max(attempts.get(url, 0), attempt)
             if _final(status, error):
                 checkpoint.done.add(url)
-        checkpoint.budget_spent = con.execute(
-            f"SELECT count(DISTINCT url) FILTER (WHERE {BUDGET_SQL}) "
-            f"FROM read_parquet('{commit}/*.parquet')"
-        ).fetchall()[0][0]
         checkpoint.admitted = [
             url
             for (url,) in con.execute(

@@ -39,15 +39,13 @@ def drive_crawl(
         fleet.owner,
         max_pages,
         exchange=fleet.exchange,
-        recover=OutputRecovery(fleet.crawl_dir, seeds),
+        recover=OutputRecovery(fleet.crawl_dir, seeds, set(checkpoint.admitted)),
         surcharge=surcharge,
     )
     if checkpoint.empty:
         coordinator.seed(seeds)
     else:
-        coordinator.resume(
-            checkpoint.pending, checkpoint.done, checkpoint.budget_spent, checkpoint.admitted
-        )
+        coordinator.resume(checkpoint.pending, checkpoint.done, checkpoint.admitted)
     artifact_id = create_progress_artifact(
         progress=0.0, key="crawl-progress", description="URLs done / URLs known"
     )

@@ -130,3 +130,33 @@ def test_a_crash_after_the_journal_is_finished_by_the_next_resume(
     assert all(names == ["compacted-000001.parquet"] for names in files(tmp_path).values())
     assert contents(tmp_path) == before
     assert len(checkpoint.done) == 8 and len(checkpoint.pending) == 8
+
+
+def test_a_half_written_batch_is_dropped_not_merged(tmp_path):
+    crawl_output(tmp_path)
+    # node-1 died while closing: its last batch has its page but no fetches file.
+    (tmp_path / "fetches" / "node-1-000004.parquet").unlink()
+    compact(tmp_path)
+    urls = {url for (url, _) in contents(tmp_path)["pages"]}
+    assert f"http://{HOST}/node-1/3" not in urls and len(urls) == 7
+    assert load_checkpoint(tmp_path, []).pending.keys() == {
+        f"http://{HOST}/{node}/{batch}/next"
+        for node in ("node-0", "node-1")
+        for batch in range(4)
+        if (node, batch) != ("node-1", 3)
+    }
+
+
+def test_a_journal_whose_merged_file_never_reached_the_disk_is_dropped(tmp_path, monkeypatch):
+    crawl_output(tmp_path)
+    before = contents(tmp_path)
+    monkeypatch.setattr(compaction, "finish_compaction", lambda crawl_dir: None)
+    compact(tmp_path)  # stops once the journal is written
+    monkeypatch.undo()
+    (tmp_path / "pages" / "compacted-000001.parquet.tmp").unlink()  # lost to a power cut
+
+    load_checkpoint(tmp_path, [])
+
+    assert not (tmp_path / JOURNAL).exists()
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert contents(tmp_path) == before

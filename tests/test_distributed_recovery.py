@@ -114,8 +114,11 @@ def test_a_dead_nodes_servers_keep_what_they_used_of_the_limits(tmp_path):
     (state,) = recovered.states
     assert state.limits.pages == 3
     assert state.limits.patterns == {"/cal/*/*": 2, "/about": 1}
-    # Its page budget: first tries on any server, refusals aside (the checkpoint's rule).
+    # Its page budget: first tries on any server, refusals aside (the checkpoint's rule)...
     assert recovered.budget_spent == 3
+    # ... but not what a resumed crawl's earlier run, with the same node ids, admitted.
+    earlier = {f"http://{B}/about"}
+    assert OutputRecovery(tmp_path, [], earlier)("node-1", [B]).budget_spent == 2
 
 
 def test_a_resumed_crawl_counts_the_urls_its_first_run_let_through_the_limits(tmp_path):
