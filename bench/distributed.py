@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -173,7 +174,7 @@ def cpu_times(sim: WebSim) -> CpuTimes:
             # Fields 14 and 15: user and system time; the name (field 2) has no spaces here.
             websim = sum(int(field) for field in stat.read().split()[13:15])
     except (OSError, ValueError):
-        return CpuTimes(0.0, 0.0, 0.0)
+        return CpuTimes(math.nan, math.nan, math.nan)  # unknown: the table prints nan
     busy = user + nice + system + irq + softirq
     return CpuTimes(busy / tick, steal / tick, websim / tick)
 
