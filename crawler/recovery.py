@@ -59,7 +59,7 @@ class OutputRecovery:
         done: set[str] = set()
         attempts: dict[str, int] = {}
         spent = 0
-        admitted: list[str] = []
+        admitted: set[str] = set()
         if fetch_files:
             rows = con.execute(
                 "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
@@ -70,22 +70,17 @@ class OutputRecovery:
                 attempts[url] = max(attempts.get(url, 0), attempt)
                 if is_final(status, error):
                     done.add(url)
-            admitted = [
-                url
-                for (url,) in con.execute(
-                    f"SELECT DISTINCT url FROM read_parquet(?) WHERE {ADMITTED_SQL} "
-                    "AND list_contains(?, url_host_name)",
-                    [fetch_files, hosts],
-                ).fetchall()
-            ]
-            spent = sum(
-                url not in self.admitted_before
-                for (url,) in con.execute(
-                    f"SELECT DISTINCT url FROM read_parquet(?) WHERE {ADMITTED_SQL} "
-                    "AND node_id = ?",
-                    [fetch_files, node_id],
-                ).fetchall()
-            )
+            # URLs admitted on its servers (their limit counts), and by it (its page budget).
+            owned = set(hosts)
+            for url, host, fetched_by in con.execute(
+                f"SELECT DISTINCT url, url_host_name, node_id FROM read_parquet(?) "
+                f"WHERE {ADMITTED_SQL} AND (list_contains(?, url_host_name) OR node_id = ?)",
+                [fetch_files, hosts, node_id],
+            ).fetchall():
+                if host in owned:
+                    admitted.add(url)
+                if fetched_by == node_id and url not in self.admitted_before:
+                    spent += 1
         pending: dict[str, int] = {}
         foreign: list[Item] = []
         if discovered_files:
