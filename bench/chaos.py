@@ -87,7 +87,6 @@ def crawl_in_process(
         "node-0", "chaos", str(out_dir), config, hosts, hosts, allow_private, max_depth=None
     )
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
-    node.start()
     coordinator.seed(seeds)
     # The coordinator has no deadline of its own; a crawl that never ends is a finding here.
     driver = threading.Thread(target=coordinator.run, kwargs={"poll_s": 0.02}, daemon=True)

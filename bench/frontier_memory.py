@@ -185,7 +185,6 @@ def peak(seconds: float) -> dict[str, Any]:
         hosts = sim.servers
         node = CrawlerNode("node-0", "peak", out, config, hosts, hosts, True, None)
         Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None).seed([sim.hub_url])
-        node.start()
         time.sleep(min(3.0, seconds / 3))  # past the hub and the first robots.txt round
         pages0, cpu0, wall0 = node.status()["pages"], time.process_time(), time.monotonic()
         time.sleep(seconds)

@@ -128,7 +128,6 @@ def crawl(
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
     started = datetime.now(UTC)
     coordinator.seed(sim.host_urls)
-    node.start()
     time.sleep(budget_s)
     node.close()
     table = pq.read_table(out_dir / crawl_id / "pages", columns=["url", "fetch_time"])

@@ -53,6 +53,7 @@ class NodeHandle(Protocol):
         self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
     ) -> None: ...
     def flush(self) -> None: ...
+    def start(self) -> None: ...
 
 
 class ExchangeView(Protocol):
@@ -129,7 +130,7 @@ class Coordinator:
 
     def seed(self, urls: list[str]) -> None:
         self._route([(url, 0) for url in urls])
-        self._grant_initial_budget()
+        self._begin()
 
     def resume(
         self,
@@ -154,13 +155,18 @@ class Coordinator:
             node.restore(pending_by_node[node_id], done_by_node[node_id], admitted_by_node[node_id])
         if self.max_pages is not None:
             self.unassigned_budget = max(0, self.max_pages - len(admitted))
-        self._grant_initial_budget()
+        self._begin()
 
-    def _grant_initial_budget(self) -> None:
+    def _begin(self) -> None:
+        """Grant the page budget, then start the nodes. Only now: a node that ran while others
+        were still being restored could be sent URLs their checkpoint says are done, or hand
+        them a server before its own restore."""
         if self.max_pages is not None:
             share = max(1, self.unassigned_budget // len(self.nodes))
             for node_id in list(self.nodes):
                 self._grant(node_id, share)
+        for node in self.nodes.values():
+            node.start()
 
     # ---- the loop ----------------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class RayNode:
     def flush(self) -> None:
         self._get(self.actor.flush.remote())
 
+    def start(self) -> None:
+        self._get(self.actor.start.remote())
+
 
 class RayExchange:
     """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
@@ -232,7 +235,7 @@ def start_fleet(
         )
         for spec in specs
     ]
-    ray.get([node.actor.start.remote() for node in nodes])
+    # The coordinator starts the nodes once it has seeded or restored them all.
     return Fleet(
         nodes=nodes,
         owner=owner,

@@ -121,8 +121,6 @@ def in_process_crawl(
         )
         for i, owned in enumerate(assignment)
     ]
-    for node in nodes:
-        node.node.start()
     coordinator = Coordinator(
         nodes, owner, max_pages, exchange=shared, recover=OutputRecovery(out / "c", [sim.hub_url])
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from crawler.coordinator import Coordinator
 from crawler.recovery import OutputRecovery
 from storage.checkpoint import load_checkpoint
 from storage.schema import DATASETS
@@ -138,3 +139,33 @@ def test_a_resumed_crawl_counts_the_urls_its_first_run_let_through_the_limits(tm
     checkpoint = load_checkpoint(tmp_path, [f"http://{A}/1"])
 
     assert checkpoint.admitted == [f"http://{A}/1"]
+
+
+class RecordingNode:
+    """A node that only notes the coordinator's calls, in order, in a shared log."""
+
+    def __init__(self, node_id: str, log: list[tuple[str, str]]) -> None:
+        self.node_id = node_id
+        self.log = log
+
+    def restore(self, pending, done, admitted) -> None:
+        self.log.append(("restore", self.node_id))
+
+    def grant(self, pages: int) -> None:
+        self.log.append(("grant", self.node_id))
+
+    def start(self) -> None:
+        self.log.append(("start", self.node_id))
+
+
+def test_nodes_start_only_once_every_node_is_restored():
+    log: list[tuple[str, str]] = []
+    nodes = [RecordingNode(f"node-{i}", log) for i in range(3)]
+    owner = {A: "node-0", B: "node-1", C: "node-2"}
+    coordinator = Coordinator(nodes, owner, max_pages=100)
+
+    coordinator.resume({f"http://{B}/2": (1, 1)}, {f"http://{A}/1"}, [f"http://{A}/1"])
+
+    calls = [call for call, _ in log]
+    assert calls.count("restore") == calls.count("start") == 3
+    assert max(i for i, c in enumerate(calls) if c != "start") < calls.index("start")

@@ -262,7 +262,6 @@ def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
     host = host_key(seed)
     node = CrawlerNode("node-0", "bug", str(tmp_path), FAST, [host], [host], True, max_depth=None)
     coordinator = Coordinator([node], {host: "node-0"}, max_pages=None)
-    node.start()
     coordinator.seed([seed])
     try:
         with pytest.raises(CrawlFailed, match=r"node-0 failed: node-0-conn0: RuntimeError: boom"):

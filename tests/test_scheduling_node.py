@@ -38,7 +38,6 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
     node = CrawlerNode("node-0", policy, str(tmp_path), config, hosts, hosts, True, None)
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
     coordinator.seed([web.hub_url])
-    node.start()
     coordinator.run(poll_s=0.02)
     node.close()
 
