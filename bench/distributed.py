@@ -121,6 +121,8 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
         stop_fleet(fleet)
         shutil.rmtree(out, ignore_errors=True)
         sim.request_log(clear=True)
+    if not marks:
+        raise SystemExit(f"a {seconds:g} s crawl ends before its steady state: use more --seconds")
     started, start, machine_start = marks[0]
     steady_s = progress.elapsed_s - started
 

@@ -235,7 +235,9 @@ def start_fleet(
         )
         for spec in specs
     ]
-    # The coordinator starts the nodes once it has seeded or restored them all.
+    # Wait until every actor is up, so that the crawl's clock starts with the nodes ready; the
+    # coordinator starts them once it has seeded or restored them all.
+    ray.get([node.actor.status.remote() for node in nodes])
     return Fleet(
         nodes=nodes,
         owner=owner,
