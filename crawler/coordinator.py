@@ -343,6 +343,7 @@ class Coordinator:
         logger.warning("surcharge node %s added", node.node_id)
         if self.max_pages is not None:
             self._grant(node.node_id, max(1, self.unassigned_budget // len(self.nodes)))
+        node.start()
 
     def _consider_surcharge(self, progress: Progress, snapshot: dict[str, Any] | None) -> None:
         """Add a node when the URLs known but not done, at the rate of the last

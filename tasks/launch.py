@@ -153,9 +153,7 @@ class NodeLauncher:
         """A surcharge node: no servers of its own, it takes some through the water level.
         It asks for what is left of the cluster's CPU (on one machine, it shares the cores)."""
         free = ray.available_resources().get("CPU", 0.0)
-        node = self.launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
-        ray.get(node.actor.start.remote())
-        return node
+        return self.launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
 
 
 @dataclass
