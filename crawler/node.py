@@ -78,6 +78,7 @@ class CrawlerNode:
         self._leaving: set[str] = set()  # servers to hand over once their connection closes
         self._departed: list[HostState] = []  # servers handed over, for the link to send
         self._connections = 0  # worker threads started
+        self._started = False  # no fetching before start(): the coordinator seeds or restores first
         self._lock = threading.Condition()
         self._budget = UNLIMITED if page_budget is None else page_budget
         self._active = 0
@@ -321,6 +322,7 @@ class CrawlerNode:
         ticker.start()
         self._workers.append(ticker)
         with self._lock:
+            self._started = True
             self._ensure_workers()
         if self._link is not None:
             self._link.start(self)
@@ -328,6 +330,8 @@ class CrawlerNode:
     def _ensure_workers(self) -> None:
         """One worker per connection: as many as servers owned, up to `max_connections` (a
         node that adopts servers gets more). Under the lock."""
+        if not self._started:
+            return
         wanted = min(self.config.max_connections, max(1, len(self._owned)))
         while self._connections < wanted and not self._stopping:
             worker = self._thread(self._work, f"{self.node_id}-conn{self._connections}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from crawler.config import ConfigError, CrawlConfig, config_from_dict
@@ -118,7 +120,7 @@ def test_counts_rebuilt_from_admitted_urls_are_those_admit_would_have_made():
 
 def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
     config = CrawlConfig(max_pages_per_host=5)
-    host = "a.example:80"
+    host = "127.0.0.1:9"  # loopback, nothing listens: the nodes are never started anyway
     sender = CrawlerNode("node-0", "c", str(tmp_path), config, [host], [host], True, None)
     receiver = CrawlerNode("node-1", "c", str(tmp_path), config, [], [host], True, None)
     # A resumed crawl: two URLs of the server were admitted by the first run, one is queued.
@@ -132,5 +134,7 @@ def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
     assert state.limits.pages == back.limits.pages == 2
     assert back.limits.patterns == {"/cal/*": 2}
     assert [task[0] for task in back.tasks] == [f"http://{host}/next"]
+    # Adopting a server before start() opens no connection: the coordinator restores first.
+    assert not [t for t in threading.enumerate() if t.name.startswith(("node-0-", "node-1-"))]
     sender.close()
     receiver.close()
