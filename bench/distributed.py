@@ -53,7 +53,7 @@ import matplotlib
 from crawler.config import config_from_dict
 from crawler.coordinator import Coordinator, Progress
 from tasks.allocate import NodeSpec
-from tasks.launch import start_fleet, stop_fleet
+from tasks.launch import LOCAL_RAY, start_fleet, stop_fleet
 from websim import WebSim, WebSpec
 
 matplotlib.use("Agg")  # files only: no display on servers and CI
@@ -233,17 +233,11 @@ def main() -> None:
     args = parser.parse_args()
     seconds = args.seconds or (8.0 if args.quick else 15.0)
     rounds = args.rounds or (1 if args.quick else 3)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
     # Ray runs workers at nice 15 by default; on a shared machine the nodes measured here
     # should not yield to whatever else runs.
-    ray.init(
-        num_cpus=os.cpu_count(),
-        include_dashboard=False,
-        log_to_driver=False,
-        _system_config={"worker_niceness": 0},
-    )
+    ray.init(num_cpus=os.cpu_count(), _system_config={"worker_niceness": 0}, **LOCAL_RAY)
     print(f"{WEB.hosts} servers, {WEB.page_bytes // 1000} KB pages, {WEB.links_per_page} links")
     print(
         f"{seconds:.0f} s per crawl, median of {rounds} round(s),"

@@ -108,15 +108,8 @@ def host_truth(sim: WebSim, expected: set[str]) -> list[HostTruth]:
 
 def run_crawl(sim: WebSim, mode: str, out_dir: Path) -> tuple[Path, float]:
     """The real flow on local Ray; returns the crawl directory and the flow's wall time."""
-    # No telemetry (the machines running this are often offline) and a quiet flow log; set
-    # before Prefect and Ray are first imported.
-    for name, value in (
-        ("DO_NOT_TRACK", "1"),
-        ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
-        ("RAY_USAGE_STATS_ENABLED", "0"),
-        ("PREFECT_LOGGING_LEVEL", "WARNING"),
-    ):
-        os.environ.setdefault(name, value)
+    # A quiet flow log; set before Prefect is first imported.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from flows.crawl import crawl
 
     started = time.monotonic()

@@ -6,7 +6,6 @@ simulator are imported only by the commands that need them, so `sql` and `report
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -14,13 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-# No telemetry: these machines often have no internet, and users did not ask for it.
-for _name, _value in (
-    ("DO_NOT_TRACK", "1"),
-    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
-    ("RAY_USAGE_STATS_ENABLED", "0"),
-):
-    os.environ.setdefault(_name, _value)
+from crawlflow.environment import prepare_environment
+
+prepare_environment()
 
 app = typer.Typer(
     add_completion=False,

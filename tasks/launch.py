@@ -165,14 +165,18 @@ class Fleet:
     crawl_dir: Path
 
 
+# `crawlflow.environment.prepare_environment` keeps a local Ray on loopback.
+LOCAL_RAY: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+
+
 def ensure_ray() -> None:
     """Join the cluster at RAY_ADDRESS, or start a local Ray, unless already connected."""
-    if not ray.is_initialized():
-        ray.init(
-            address=os.environ.get("RAY_ADDRESS") or None,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+    if ray.is_initialized():
+        return
+    if address := os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(**LOCAL_RAY)
 
 
 def start_fleet(

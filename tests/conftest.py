@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import os
+from crawlflow.environment import confine_to_loopback
 
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+confine_to_loopback()  # before Prefect and Ray are imported
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run: a test run is deterministic.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.load_profile("deterministic")
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from tasks.launch import LOCAL_RAY
+
+    ray.init(num_cpus=2, **LOCAL_RAY)
     yield ray
     ray.shutdown()
 

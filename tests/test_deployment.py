@@ -39,9 +39,9 @@ def prefect_server(tmp_path_factory):
         **os.environ,
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "RAY_USAGE_STATS_ENABLED": "0",
+        # No scheduled runs: prefect.yaml's nightly run (02:00 UTC, seeds on the internet)
+        # would be picked up by the worker if the test ran just before 02:00.
+        "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
     }
     server = subprocess.Popen(
         [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
@@ -101,6 +101,12 @@ def test_nightly_deployment_runs_through_a_worker(prefect_server, tmp_path):
         prefect(env, "worker", "start", "--pool", "crawlflow", "--run-once")
         expected = sim.reachable_allowed_urls()
 
+    runs = requests.post(
+        f"{api}/flow_runs/filter",
+        json={"flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}},
+        timeout=10,
+    ).json()
+    assert [run["id"] for run in runs] == [flow_run_id]  # the worker ran ours, and only ours
     state = requests.get(f"{api}/flow_runs/{flow_run_id}", timeout=10).json()["state"]
     assert state["type"] == "COMPLETED", state
     result = coverage(tmp_path / "out" / "nightly-test", expected)
