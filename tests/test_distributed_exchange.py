@@ -108,10 +108,14 @@ class FakeNode:
         return []
 
 
-def make_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
+def new_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
+    """A link not started yet, to node n0."""
     exchange = Exchange({"h1": "n0", "h2": "n1"}, shards=[BloomShard(10_000, 1e-6)])
-    link = PeerLink(LinkSettings(**settings), exchange)
-    node = FakeNode()
+    return PeerLink(LinkSettings(**settings), exchange), exchange, FakeNode()
+
+
+def make_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
+    link, exchange, node = new_link(**settings)
     link.start(node)
     return link, exchange, node
 
@@ -123,10 +127,15 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def wait_for_the_first_heartbeat(link: PeerLink) -> None:
+    """Until the link's first heartbeat is over: its reply applied, its calls counted."""
+    wait_until(lambda: link.counters["heartbeats"] == 1 and link.unsent() == 0)
+
+
 def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():
     link, exchange, _ = make_link(batch=1, cache_size=0, heartbeat_s=60)
     try:
-        wait_until(lambda: link.counters["remote_calls"] == 1)  # the first heartbeat
+        wait_for_the_first_heartbeat(link)
         calls = link.counters["remote_calls"]
         link.send([url("h2", 1), url("h2", 2), url("h2", 1)])
         assert link.counters["remote_calls"] - calls == 3
@@ -139,21 +148,24 @@ def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():
 
 
 def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
-    link, exchange, _ = make_link(batch=100, cache_size=0, heartbeat_s=0.05)
+    link, exchange, node = new_link(batch=100, cache_size=0, heartbeat_s=0.05)
+    # Buffered before the exchange thread starts: the first heartbeat cannot carry part of a
+    # batch still being added.
+    link.send([url("h2", i) for i in range(250)])
+    link.start(node)
     try:
-        link.send([url("h2", i) for i in range(250)])
         wait_until(lambda: exchange.snapshot()["inbox_urls"] == 250 and link.unsent() == 0)
-        # Two full batches of their own, the rest with a heartbeat.
-        assert (link.counters["batches"], link.counters["batch_urls"]) == (3, 250)
-        assert link.counters["remote_calls"] == 2 + link.counters["heartbeats"]
     finally:
-        link.stop()
+        link.stop()  # no heartbeat between the counters read below
+    # Two full batches of their own, the rest with a heartbeat.
+    assert (link.counters["batches"], link.counters["batch_urls"]) == (3, 250)
+    assert link.counters["remote_calls"] == 2 + link.counters["heartbeats"]
 
 
 def test_the_dedup_cache_answers_repeats_without_a_remote_call_and_delay_is_counted():
     link, exchange, node = make_link(batch=1, cache_size=100, heartbeat_s=60, delay_s=0.01)
     try:
-        wait_until(lambda: link.counters["remote_calls"] == 1)  # the first heartbeat
+        wait_for_the_first_heartbeat(link)
         assert link.admit("http://h2/p1")
         link.send([url("h2", 1)])
         assert not link.admit("http://h2/p1")  # known: no remote call, not sent again

@@ -9,6 +9,7 @@ from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
 from crawlflow.demo import coverage
+from storage.views import connect
 from websim import WebSim, WebSpec
 
 
@@ -45,11 +46,18 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
     assert result["coverage"] == 1.0 and result["duplicates"] == 0
     frontier = node._frontier
     assert frontier.queued() == 0
+    slowest_s = dict(
+        connect(tmp_path / policy)
+        .execute("SELECT url_host_name, max(rtt_ms) / 1000 FROM fetches GROUP BY 1")
+        .fetchall()
+    )
     for profile in web.web.hosts:
-        stats = frontier.servers[f"{profile.address}:{web.port}"].stats
+        host = f"{profile.address}:{web.port}"
+        stats = frontier.servers[host].stats
         assert stats.requests_per_connection == profile.keepalive_max
         assert stats.connections >= 1
-        assert stats.response_time < 0.05  # median latency 1-4 ms
+        # A smoothed mean of the server's response times, each at most its fetch's RTT.
+        assert 0.0 <= stats.response_time <= slowest_s[host] + 1e-9
         if profile.keepalive_max > 1:
             # Measured on reused connections. A server that closes after every request has
             # the node's mean connection time taken out of each fetch instead, which on a
