@@ -15,11 +15,6 @@ NO_TELEMETRY = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 
-# A local Ray listens on every interface and announces the machine's own address, though a
-# one-machine crawl needs nothing beyond loopback; Ray's ports take commands from anyone who
-# reaches them. Ray's switch for its loopback-only, no-cluster mode has this name.
-LOCAL_RAY_ON_LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
 # Some libraries send HTTP requests of their own whatever the settings above say: Ray probes
 # cloud metadata addresses (169.254.169.254, metadata.google.internal) at start-up, a Prefect
 # server fetches its collection registry from GitHub (with a bundled fallback). Tests and
@@ -38,8 +33,11 @@ def prepare_environment() -> None:
     for name, value in NO_TELEMETRY.items():
         os.environ.setdefault(name, value)
     if not os.environ.get("RAY_ADDRESS"):
-        for name, value in LOCAL_RAY_ON_LOOPBACK.items():
-            os.environ.setdefault(name, value)
+        # A local Ray would listen on every interface and announce the machine's address,
+        # though a one-machine crawl needs nothing beyond loopback, and Ray's ports take
+        # commands from anyone who reaches them. Ray's switch to its loopback-only,
+        # no-cluster mode has this name.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def confine_to_loopback() -> None:

@@ -298,3 +298,8 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     # the machine; the in-process test above shows that an added node takes work.
     assert nodes["added_node_s"] > 0
     assert_exactly_once(slow_web, tmp_path / "surcharged")
+
+
+def test_the_local_ray_listens_on_loopback_only(ray_session):
+    (node,) = ray_session.nodes()
+    assert node["NodeManagerAddress"] == "127.0.0.1"
