@@ -5,21 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from crawlflow.environment import prepare_environment
+from prefect import flow
+from prefect.runtime import flow_run
 
-prepare_environment()  # before Ray is imported: a worker runs this module without the CLI
-
-from prefect import flow  # noqa: E402
-from prefect.runtime import flow_run  # noqa: E402
-
-from crawler.config import config_from_dict  # noqa: E402
-from tasks.allocate import allocate_nodes  # noqa: E402
-from tasks.collect import collect_output  # noqa: E402
-from tasks.crawl import drive_crawl  # noqa: E402
-from tasks.launch import close_nodes, launch_nodes  # noqa: E402
-from tasks.plan import plan_crawl  # noqa: E402
-from tasks.report import report_crawl  # noqa: E402
-from tasks.resume import read_checkpoint  # noqa: E402
+from crawler.config import config_from_dict
+from tasks.allocate import allocate_nodes
+from tasks.collect import collect_output
+from tasks.crawl import drive_crawl
+from tasks.launch import close_nodes, launch_nodes
+from tasks.plan import plan_crawl
+from tasks.report import report_crawl
+from tasks.resume import read_checkpoint
 
 
 def default_crawl_id() -> str:

@@ -9,18 +9,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
-from ray.exceptions import RayActorError
+from crawlflow.environment import prepare_environment
 
-from crawler.config import CrawlConfig
-from crawler.coordinator import NodeLost
-from crawler.dedup import BloomShard
-from crawler.exchange import Beat, Exchange, HostState, Item, PeerLink, Reply, link_settings
-from crawler.node import CrawlerNode
-from tasks.allocate import NodeSpec
+# Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
+prepare_environment()
+
+import ray  # noqa: E402
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.tasks import exponential_backoff  # noqa: E402
+from ray.exceptions import RayActorError  # noqa: E402
+
+from crawler.config import CrawlConfig  # noqa: E402
+from crawler.coordinator import NodeLost  # noqa: E402
+from crawler.dedup import BloomShard  # noqa: E402
+from crawler.exchange import (  # noqa: E402
+    Beat,
+    Exchange,
+    HostState,
+    Item,
+    PeerLink,
+    Reply,
+    link_settings,
+)
+from crawler.node import CrawlerNode  # noqa: E402
+from tasks.allocate import NodeSpec  # noqa: E402
 
 
 class RayNode:
@@ -165,8 +178,9 @@ class Fleet:
     crawl_dir: Path
 
 
-# `crawlflow.environment.prepare_environment` keeps a local Ray on loopback.
-LOCAL_RAY: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+# A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
+# it on loopback).
+LOCAL_RAY: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": False}
 
 
 def ensure_ray() -> None:

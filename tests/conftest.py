@@ -7,10 +7,16 @@ from crawlflow.environment import confine_to_loopback
 confine_to_loopback()  # before Prefect and Ray are imported
 
 import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
-# Property tests draw the same examples on every run: a test run is deterministic.
-settings.register_profile("deterministic", derandomize=True, database=None)
+# Property tests draw the same examples on every run, and no clock decides whether they pass.
+settings.register_profile(
+    "deterministic",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("deterministic")
 
 

@@ -7,6 +7,7 @@ plain objects; the Ray tests run the flow and kill a node actor, or let it add o
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from pathlib import Path
@@ -296,10 +297,35 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     assert (nodes["nodes_planned"], nodes["nodes_added"]) == (1, 1)
     # Whether it gets work before the crawl ends depends on how fast Ray starts an actor on
     # the machine; the in-process test above shows that an added node takes work.
+    (added,) = [row for row in nodes["nodes"] if row["kind"] == "added"]
+    assert not added["lost"]
     assert nodes["added_node_s"] > 0
     assert_exactly_once(slow_web, tmp_path / "surcharged")
+
+
+def listening_addresses(port: int) -> set[ipaddress.IPv6Address | ipaddress.IPv4Address]:
+    """The addresses TCP sockets of this machine listen on at `port` (/proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:  # 0A: LISTEN
+                continue
+            # The kernel prints each 32-bit word of the address in host (little-endian) order.
+            words = [bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8)]
+            found.add(ipaddress.ip_address(b"".join(words)))
+    return found
 
 
 def test_the_local_ray_listens_on_loopback_only(ray_session):
     (node,) = ray_session.nodes()
     assert node["NodeManagerAddress"] == "127.0.0.1"
+    gcs_port = int(ray_session.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+    for port in (gcs_port, node["NodeManagerPort"], node["ObjectManagerPort"]):
+        addresses = listening_addresses(port)
+        assert addresses, port
+        # An IPv6 socket may listen on the IPv4 address mapped into IPv6 (::ffff:127.0.0.1).
+        assert all(
+            (getattr(address, "ipv4_mapped", None) or address).is_loopback for address in addresses
+        ), (port, addresses)
