@@ -27,6 +27,7 @@ from rich.table import Table
 from allocation.first_fit import first_fit, first_fit_decreasing
 from allocation.milp import OPTIMAL, solve_milp
 from allocation.model import Instance
+from bench import results_dir
 from bench.allocation_instances import (
     SHAPES,
     correlated_instance,
@@ -161,20 +162,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="20 random instances and one goal instance per family")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/allocation"))
+    parser.add_argument("--out", type=Path, help="where to write (default: bench/results)")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out or results_dir("allocation", args.quick)
+    out.mkdir(parents=True, exist_ok=True)
     console = Console()
 
     curve = u_curve(console)
-    plot_u_curve(curve, args.out / "u_curve.png")
+    plot_u_curve(curve, out / "u_curve.png")
     results = {
         "u_curve": curve,
         "random": random_gaps(20 if args.quick else 100, console),
         "goal": goal_runs(range(1 if args.quick else 5), console),
     }
-    (args.out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
-    console.print(f"wrote {args.out / 'u_curve.png'} and {args.out / 'allocation.json'}")
+    (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
+    console.print(f"wrote {out / 'u_curve.png'} and {out / 'allocation.json'}")
 
 
 if __name__ == "__main__":

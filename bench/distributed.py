@@ -50,6 +50,7 @@ from typing import Any
 
 import matplotlib
 
+from bench import results_dir
 from crawler.config import config_from_dict
 from crawler.coordinator import Coordinator, Progress
 from tasks.allocate import NodeSpec
@@ -60,7 +61,6 @@ matplotlib.use("Agg")  # files only: no display on servers and CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results" / "distributed"
 WEB = WebSpec(
     hosts=40,
     pages=40_000,
@@ -229,7 +229,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="per crawl (default 15, quick 8)")
     parser.add_argument("--rounds", type=int, help="runs per case, median kept (default 3)")
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--png", type=Path, default=RESULTS / "throughput_vs_batch.png")
+    parser.add_argument("--png", type=Path, help="the batch-size plot (default: bench/results)")
     args = parser.parse_args()
     seconds = args.seconds or (8.0 if args.quick else 15.0)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -277,8 +277,9 @@ def main() -> None:
             f"batch {batch:>4}: {r['pages_per_s']:>7.1f} pages/s,"
             f" {r['remote_calls_per_page']:.3f} calls/page"
         )
-    plot(sweep, args.png)
-    print(f"wrote {args.png}")
+    png = args.png or results_dir("distributed", args.quick) / "throughput_vs_batch.png"
+    plot(sweep, png)
+    print(f"wrote {png}")
     print("\nunthrottled web (no delay, no latency, no rate limits), both optimizations")
     with WebSim(UNTHROTTLED) as sim:
         scaled = rounds_of(rounds, [(n, partial(crawl, sim, n, {}, seconds)) for n in (1, 2)])

@@ -55,6 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench import results_dir
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
@@ -65,7 +66,6 @@ matplotlib.use("Agg")  # files only: no display on servers and CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results" / "policies"
 POLICIES = ("bfs", "performance", "quality", "capability")
 QUALITIES = ("pagerank", "zipf")
 FRACTIONS = {"0.3": 0.3, "0.33": 1 / 3, "0.5": 0.5, "1.0": 1.0}
@@ -294,7 +294,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     checks = print_table(runs)
-    png = args.png or (args.json.with_suffix(".png") if args.json else RESULTS / "policies.png")
+    png = args.png or (
+        args.json.with_suffix(".png")
+        if args.json
+        else results_dir("policies", args.quick) / "policies.png"
+    )
     plot(runs, budget_s, png)
     print(f"plot: {png}")
     if args.json:

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import results_dir
 from crawler.urls import host_key
 from crawlflow.demo import coverage
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
 
-RESULTS = Path(__file__).parent / "results" / "politeness"
 NODES = 2
 
 # Webs picked (by seed) for limits that span 5-50 requests/s and a bound of about a minute
@@ -201,8 +201,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["adaptive"])
     parser.add_argument("--keep", type=Path, help="keep the crawl output here")
     args = parser.parse_args()
-    results_dir = args.json.parent if args.json else RESULTS
-    results_dir.mkdir(parents=True, exist_ok=True)
+    plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
+    plots_dir.mkdir(parents=True, exist_ok=True)
     spec = WEBS["quick" if args.quick else "full"]
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="politeness-"))
     results: dict[str, Any] = {}
@@ -229,7 +229,7 @@ def main() -> None:
                 suffix = "" if mode == args.modes[0] else f"_{mode}"
                 png = plot_host_rates(
                     connect(crawl_dir),
-                    results_dir / f"host_rates{suffix}.png",
+                    plots_dir / f"host_rates{suffix}.png",
                     limits={t.host: t.limit_rps for t in truth},
                 )
                 print(f"plot: {png}")
