@@ -39,7 +39,6 @@ and the best proven lower bound (CBC's, or the aggregated one if higher).
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,7 +47,10 @@ import pulp
 
 from allocation.aggregate import solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
+from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
+from allocation.heuristics import improve, several_ffd
+from allocation.master import restricted_master
 from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan
 from allocation.packing import (
     Packing,
@@ -72,73 +74,102 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Share of the time limit the candidates may use; the full model gets the rest but this margin:
-# writing the model for CBC, CBC reading it and finishing its root node run past CBC's own clock.
-CANDIDATE_SHARE = 0.5
+# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the local
+# search on the best of them, and the restricted master; the full model gets the rest but a
+# margin, since writing the model for CBC and reading it back run past CBC's own clock.
+CANDIDATE_SHARE = 0.4
+IMPROVE_SHARE = 0.45
+MASTER_SHARE = 0.6
 CBC_MARGIN_SHARE = 0.1
+# How many of the cheapest candidates the local search starts from.
+IMPROVED_CANDIDATES = 4
 
 
 @dataclass(frozen=True)
 class MilpResult:
     plan: Plan
     status: str  # OPTIMAL, or TIME_LIMIT when stopped with a plan not proven optimal
-    gap: float  # (cost - proven lower bound) / cost; 0 when optimal
+    gap: float  # (cost - lower_bound) / cost; 0 when optimal
+    lower_bound: float  # the best lower bound proven on the cost of any plan
+    time_limit_s: float  # the limit, in CPU seconds (see allocation.clock)
+    cpu_seconds: float  # CPU seconds used (this thread and CBC)
 
     @property
     def solve_seconds(self) -> float:
+        """Wall-clock seconds."""
         return self.plan.solve_seconds
+
+    @property
+    def time_limit_hit(self) -> bool:
+        return self.status == TIME_LIMIT
 
 
 def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
-    """Solve the instance to optimality, or to the best plan within about ``time_limit_s``.
+    """Solve the instance to optimality, or to the best plan within about ``time_limit_s`` CPU
+    seconds.
 
     Raises SolverUnavailable if CBC cannot run and NoFeasiblePlan if no plan exists.
     """
-    start = time.perf_counter()
+    clock = CpuClock(time_limit_s)
     check_cbc()
     if not instance.tasks:
-        return MilpResult(Plan(instance, (), time.perf_counter() - start), OPTIMAL, 0.0)
+        return MilpResult(Plan(instance, (), clock.wall_elapsed()), OPTIMAL, 0.0, 0.0,
+                          time_limit_s, clock.elapsed())
 
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
-    candidate_deadline = CANDIDATE_SHARE * time_limit_s
     lower = 0.0
-    best: Packing | None = None
-    for candidate, bound in _candidates(instance, lambda: candidate_deadline - elapsed()):
+    candidates: list[Packing] = []
+
+    def best() -> Packing | None:
+        return min(candidates, key=lambda p: packing_cost(instance, p), default=None)
+
+    def closed() -> bool:
+        incumbent = best()
+        return incumbent is not None and packing_cost(instance, incumbent) <= lower + TOLERANCE
+
+    for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE)):
         lower = max(lower, bound)
-        if candidate is not None and within_limits(instance, candidate) and (
-                best is None
-                or packing_cost(instance, candidate) < packing_cost(instance, best)):
-            best = candidate
-        if best is not None and packing_cost(instance, best) <= lower + TOLERANCE:
-            break
-        if elapsed() >= candidate_deadline:
+        if candidate is not None and within_limits(instance, candidate):
+            candidates.append(candidate)
+        if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
-    if best is None or packing_cost(instance, best) > lower + TOLERANCE:
-        model = _Model(instance, best, lower)
-        cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - elapsed(), 1.0)
-        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=best is not None)
+    if not closed():
+        cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
+        for candidate in cheapest[:IMPROVED_CANDIDATES]:
+            candidates.append(improve(instance, candidate,
+                                      deadline=lambda: clock.until(IMPROVE_SHARE) <= 0))
+    if not closed() and candidates:
+        patterns = [(t, b) for p in candidates for t, bins in p.items() for b in bins]
+        limit = max(clock.until(MASTER_SHARE), 0.5)
+        recombined, _ = restricted_master(instance, patterns, best(), lower, limit)
+        if recombined is not None and within_limits(instance, recombined):
+            candidates.append(improve(instance, recombined))
+
+    if not closed():
+        incumbent = best()
+        model = _Model(instance, incumbent, lower)
+        cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - clock.elapsed(), 1.0)
+        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=incumbent is not None)
         if model.problem.status == pulp.LpStatusInfeasible:
             raise NoFeasiblePlan("no plan places every task within max_reserved and "
                                  "max_surcharge")
         solved = model.solution() if has_solution(model.problem) else None
-        if solved is not None and (
-                best is None or packing_cost(instance, solved) < packing_cost(instance, best)):
-            best = solved
+        if solved is not None:
+            candidates.append(solved)
         if model.problem.sol_status == pulp.LpSolutionOptimal:
             lower = max(lower, pulp.value(model.problem.objective))
         elif cbc_bound is not None:
             lower = max(lower, cbc_bound)
-    if best is None:
+    incumbent = best()
+    if incumbent is None:
         raise NoFeasiblePlan(f"no plan found within {time_limit_s:g} s (none proven "
                              "impossible either)")
-    plan = packing_plan(instance, best, elapsed())
+    plan = packing_plan(instance, incumbent, clock.wall_elapsed())
     cost = plan.total_cost
     if cost <= lower + TOLERANCE:
-        return MilpResult(plan, OPTIMAL, 0.0)
-    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost)
+        return MilpResult(plan, OPTIMAL, 0.0, cost, time_limit_s, clock.elapsed())
+    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost, lower, time_limit_s,
+                      clock.elapsed())
 
 
 def _candidates(instance: Instance, time_left: Callable[[], float]
@@ -150,6 +181,8 @@ def _candidates(instance: Instance, time_left: Callable[[], float]
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
         except NoFeasiblePlan:
             continue
+    for packing in several_ffd(instance):
+        yield packing, 0.0
     lower = 0.0
     for share in CAPACITY_SHARES:
         aggregate = solve_aggregate(instance, max(time_left(), 0.5), share)
