@@ -12,28 +12,35 @@ per bin and dimension, load <= capacity * ``y[t, j]``; cost ``sum price[t, j] * 
 ``price[t, j]`` the reserved price for ``j < max_reserved`` and the surcharge price after.
 
 A plain version of this model leaves CBC with a weak bound (the LP fills every type exactly with
-fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds:
+fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds, in phases, each
+ending by a share of the time limit and skipped once a plan meets the lower bound:
 
-- symmetry breaking: bins of a type are identical, so they are ordered by their first task in a
-  fixed task order (largest first); then open bins form a prefix (``y[t, j] >= y[t, j+1]``) and
-  the task of rank ``r`` can only be in positions ``j <= r``. This removes the ``n!`` relabelings
-  of every plan and about half of the assignment variables;
-- aggregating identical nodes for the bound: a small relaxation (``allocation.aggregate``) keeps
-  only, per type, an integer node count whose summed capacity holds the summed demand of the tasks
-  sent to that type. CBC solves it in a fraction of a second; its optimum is a lower bound at
-  least the assignment LP's (node counts stay whole), on generated instances within 1.5% of the
-  best plan found, and enters the full model as the cut ``cost >= bound``;
-- candidate plans: first fit, first-fit-decreasing, and the relaxation's task -> type choices
-  (also with capacities scaled down a little, to leave room for the packing loss) packed type by
-  type with minimum bin slack (``allocation.packing``); each then loses the bins whose tasks fit
-  in the others. The cheapest is CBC's warm start, and if it meets the bound it is optimal and
-  the full model is skipped, which is the usual case;
-- tightened bounds: every bin of type ``t`` costs at least ``reserved + usage``, so no optimal
-  plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
-  beyond that are not created.
+1. candidate plans and the bound: first fit, first-fit-decreasing, cost-aware FFD over several
+   task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
+   (``allocation.aggregate``): per type an integer node count whose summed capacity holds the
+   summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
+   LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
+   ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
+   leave room for the packing loss) are packed type by type with minimum bin slack
+   (``allocation.packing``), each then losing the bins whose tasks fit in the others;
+2. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+   loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
+3. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+   covers every task, which recombines bins of different plans;
+4. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+   identical, so they are ordered by their first task in a fixed task order (largest first); then
+   open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
+   positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
+   assignment variables. It only reorders bins within one type, and the reserved/surcharge split
+   is by position within the type, so it holds whatever each type's ``max_reserved`` and
+   ``max_surcharge``. Every bin of type ``t`` costs at least ``reserved + usage``, so no optimal
+   plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
+   beyond that are not created.
 
-On the time limit CBC stops and the best plan is returned with the relative gap between its cost
-and the best proven lower bound (CBC's, or the aggregated one if higher).
+Time. ``time_limit_s`` is CPU time (``allocation.clock``): this thread's plus CBC's, and CBC runs
+with its clock in CPU mode. A loaded machine then stretches the wall time of a solve, not what it
+proves. On the time limit the best plan is returned with the relative gap between its cost and
+the best proven lower bound (CBC's, or the aggregated one if higher).
 """
 
 from __future__ import annotations
