@@ -245,21 +245,25 @@ def main(argv: list[str] | None = None) -> None:
 
     curve = u_curve(console)
     plot_u_curve(curve, out / "u_curve.png")
+    random = random_gaps(20 if args.quick else 100, console)
     goal_title = (f"(c) goal: 200 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU")
     goal = family_runs(range(1 if args.quick else GOAL_SEEDS), 200, goal_title, console)
     plot_families(goal, out / "families.png", goal_title)
     results: dict[str, Any] = {
         "load_average_before": load_before,
         "u_curve": curve,
-        "random": random_gaps(20 if args.quick else 100, console),
+        "random": random,
         "goal": {"runs": goal, "summary": family_summary(goal)},
+        "load_average_after": _load(),
     }
+    # Written now and again after (d), so that a long run's first results are kept.
+    (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
     if not args.quick:
         sizes_title = f"(d) 50-400 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU"
         sizes = family_runs(range(100, 100 + SIZE_SEEDS), None, sizes_title, console)
         results["sizes"] = {"runs": sizes, "summary": family_summary(sizes)}
-    results["load_average_after"] = _load()
-    (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
+        results["load_average_after"] = _load()
+        (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
     console.print(f"load average (1, 5, 15 min) before {load_before}, after "
                   f"{results['load_average_after']}; the limit is CPU time, so load stretches "
                   "wall time only")
