@@ -57,9 +57,11 @@ def milp_outcome(result: MilpResult) -> dict[str, Any]:
 def milp_sentence(result: MilpResult) -> str:
     """The MILP's outcome in one plain sentence."""
     if not result.time_limit_hit:
-        return (f"MILP: optimal (proven) after {result.cpu_seconds:.1f} s CPU, within its "
-                f"{result.time_limit_s:g} s limit.")
-    return (f"MILP: time limit hit ({result.time_limit_s:g} s CPU); its best plan costs "
+        return (f"MILP: optimal (proven) after {result.cpu_seconds:.1f} s CPU "
+                f"({result.solve_seconds:.1f} s wall), within its {result.time_limit_s:g} s "
+                "limit.")
+    return (f"MILP: time limit hit ({result.time_limit_s:g} s CPU, {result.solve_seconds:.1f} s "
+            f"wall); its best plan costs "
             f"{result.plan.total_cost:.2f}, proven within {result.gap:.2%} of the optimum "
             f"(lower bound {result.lower_bound:.2f}); gaps to it are to this plan, not to the "
             "optimum.")

@@ -225,7 +225,7 @@ def test_the_report_says_when_the_time_limit_was_hit() -> None:
 
     stopped = stopped_result(instance)
     sentence = milp_sentence(stopped)
-    assert "time limit hit (10 s CPU)" in sentence and "within 25.00%" in sentence
+    assert "time limit hit (10 s CPU, 0.0 s wall)" in sentence and "within 25.00%" in sentence
     console = Console(record=True, width=200)
     render(type(comparison)(instance, comparison.first_fit, comparison.ffd, stopped), console)
     assert "time limit hit" in console.export_text()
