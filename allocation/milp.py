@@ -58,7 +58,7 @@ from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.heuristics import improve, several_ffd
 from allocation.master import restricted_master
-from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan
+from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
     Packing,
     eliminate_bins,
@@ -158,8 +158,12 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - clock.elapsed(), 1.0)
         cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=incumbent is not None)
         if model.problem.status == pulp.LpStatusInfeasible:
-            raise NoFeasiblePlan("no plan places every task within max_reserved and "
-                                 "max_surcharge")
+            if incumbent is None:
+                raise NoFeasiblePlan("no plan places every task within max_reserved and "
+                                     "max_surcharge")
+            # CBC has called this model infeasible on a 200-task instance stopped on its time
+            # limit, though the warm start satisfies it: with a plan in hand, that proves nothing.
+            cbc_bound = None
         solved = model.solution() if has_solution(model.problem) else None
         if solved is not None:
             candidates.append(solved)
@@ -167,16 +171,29 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             lower = max(lower, pulp.value(model.problem.objective))
         elif cbc_bound is not None:
             lower = max(lower, cbc_bound)
-    incumbent = best()
-    if incumbent is None:
+    plan = _cheapest_feasible(instance, candidates, clock.wall_elapsed())
+    if plan is None:
         raise NoFeasiblePlan(f"no plan found within {time_limit_s:g} s (none proven "
                              "impossible either)")
-    plan = packing_plan(instance, incumbent, clock.wall_elapsed())
     cost = plan.total_cost
     if cost <= lower + TOLERANCE:
         return MilpResult(plan, OPTIMAL, 0.0, cost, time_limit_s, clock.elapsed())
     return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost, lower, time_limit_s,
                       clock.elapsed())
+
+
+def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seconds: float
+                       ) -> Plan | None:
+    """The cheapest candidate that passes ``validate_plan``: what the solver returns is checked,
+    whichever phase made it."""
+    for packing in sorted(candidates, key=lambda p: packing_cost(instance, p)):
+        plan = packing_plan(instance, packing, solve_seconds)
+        try:
+            validate_plan(instance, plan)
+        except ValueError:
+            continue
+        return plan
+    return None
 
 
 def _candidates(instance: Instance, time_left: Callable[[], float]
