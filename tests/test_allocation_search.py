@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
-from allocation import cbc
+from allocation import cbc, milp
 from allocation.cbc import has_solution, run_cbc
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
@@ -30,7 +30,7 @@ from allocation.model import (
     make_nodes,
     validate_plan,
 )
-from allocation.packing import Packing, packing_cost, packing_plan
+from allocation.packing import Packing, packing_cost, packing_of, packing_plan
 from allocation.report import compare, comparison_json, milp_sentence, render
 from bench.allocation_instances import FAMILIES, family_instance
 from tasks.allocate import allocation_description, artifact_rows, plan_rows
@@ -282,3 +282,23 @@ def test_families_are_reproducible_and_cover_the_ranges() -> None:
             ratio = nt.surcharge / nt.busy_reserved_cost
             assert (1.09 < ratio < 1.41) if family.surcharge == "cheap" else (1.99 < ratio < 3.01)
     assert len(family_instance(FAMILIES[0], seed=1, tasks=200).tasks) == 200
+
+
+def test_a_plan_in_hand_survives_cbc_calling_the_model_infeasible(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = Instance((node_type("n", 4, busy=1.5, surcharge=3.0, max_reserved=2),),
+                        cubes(3, 3, 1, 1, 2))
+    heuristic = first_fit(instance)
+    # Only first fit's plan, no bound: the full model runs, and CBC "finds it infeasible".
+    monkeypatch.setattr(milp, "_candidates",
+                        lambda instance, time_left: iter([(packing_of(heuristic), 0.0)]))
+
+    def infeasible(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False
+                   ) -> None:
+        problem.status = pulp.LpStatusInfeasible
+        problem.sol_status = pulp.LpSolutionInfeasible
+
+    monkeypatch.setattr(milp, "run_cbc", infeasible)
+    result = solve_milp(instance, time_limit_s=5)
+    validate_plan(instance, result.plan)
+    assert result.time_limit_hit and result.plan.total_cost <= heuristic.total_cost
