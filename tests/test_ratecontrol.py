@@ -557,7 +557,10 @@ def test_adaptive_small_host_costs_at_most_two_bans(limit: float, latency_ms: fl
     controller = make_host_controller(RateControlConfig(), 0.0)
     run = run_token_bucket(controller, limit, latency_ms, pages=300)
     assert len(run.ban_times) <= 2
-    assert run.elapsed_s <= 1.3 * 300 / limit
+    # The start costs a few seconds on slow-answering hosts: the unloaded RTT is learnt with
+    # the connection busy at most base_duty of the time, then the ceiling holds until the host
+    # has shown it is fast.
+    assert run.elapsed_s <= 1.35 * 300 / limit
 
 
 def clean_responses(
