@@ -670,7 +670,7 @@ class AdaptiveRateController(_PacedController):
     as d = 1: on fast hosts that much is the client's own scheduling jitter.
 
     - Until U is known (`base_samples` unloaded RTTs), the connection is kept busy at most
-      `base_duty` of the time: r <= base_duty / SRTT.
+      `base_duty` of the time as well: r <= base_duty / SRTT.
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
       `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests).
       The host shows it when `base_samples` responses in a row, sent at 90% of that ceiling or
@@ -756,9 +756,10 @@ class AdaptiveRateController(_PacedController):
         srtt = self.rtt.srtt
         if srtt is None or self.proven_fast:
             return 0.0
+        ceiling = srtt * (1.0 + self.config.unproven_delay_factor)
         if not self.queueing.known:
-            return srtt / self.config.base_duty
-        return srtt * (1.0 + self.config.unproven_delay_factor)
+            return max(ceiling, srtt / self.config.base_duty)
+        return ceiling
 
     def _max_rate(self) -> float:
         fastest = max(
