@@ -10,8 +10,8 @@ Controllers (SPEC sections 1 and 2, plus the default):
 
 - `AdaptiveRateController` ("adaptive", default): congestion control per host, needs no limit.
 - `PIDDelayController` ("pid"): SPEC section 1, holds a user-given pages/min target.
-- `RTTConcurrencyController` ("rtt"): SPEC section 2; its cap also serves as the node-wide
-  in-flight limit when fed every response of the node.
+- `RTTConcurrencyController` ("rtt"): SPEC section 2, per host as a duty cycle; in this mode
+  `InFlightLimit` also bounds the requests in flight over the whole node by the same law.
 - `FixedDelayController` ("fixed"): a constant delay, the baseline.
 
 All of them share the politeness floor: robots.txt `Crawl-delay` is a hard minimum delay,
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -564,11 +564,13 @@ class RTTConcurrencyController(_PacedController):
     thresholds act. Bans and errors also lower the cap (a server that refuses work is
     saturated whatever its RTT says); they do not feed S, see `_PacedController`.
 
-    Node-wide use: feed `on_rtt(now, R)` with every response of the node and read `cap`.
+    Node-wide (`InFlightLimit`, mode "rtt"): fed every response of the node, the cap bounds
+    the requests in flight over all of the node's connections.
 
-    Per-host use (mode "rtt"): one host gets one connection, so the cap cannot be a number of
-    parallel requests. It is read as a duty cycle instead: the host's connection is kept busy
-    cap/max_cap of the time, i.e. delay = SRTT * max_cap / cap. At max_cap requests go back to
+    Per host (mode "rtt"): one host gets one connection (SPEC section 3), so at most one of its
+    requests is ever in flight and the cap cannot be a number of parallel requests. It is
+    read as a duty cycle instead: the host's connection is kept busy cap/max_cap of the time,
+    i.e. delay = SRTT * max_cap / cap. At max_cap requests go back to
     back; each DECREASE stretches the delay, each INCREASE shortens it, in steps of 1/max_cap
     of the connection's throughput. Before the first RTT is known the delay is initial_delay_s.
     """
@@ -883,6 +885,46 @@ class AdaptiveRateController(_PacedController):
 
     def target_ppm(self) -> float | None:
         return None if self.target is None else 60.0 * self.target
+
+
+class InFlightLimit:
+    """SPEC section 2's MaxRequestCount for a whole node (mode "rtt"): the requests in flight
+    at once, over all of the node's connections, never exceed the cap of an
+    `RTTConcurrencyController` fed with every response of the node, between rtt_min_cap and
+    the node's connection count. The node's workers wait for a free slot before sending."""
+
+    def __init__(self, config: RateControlConfig, max_connections: int, now: float) -> None:
+        initial = min(config.rtt_initial_cap, max_connections)
+        node_config = replace(
+            config,
+            rtt_min_cap=min(config.rtt_min_cap, initial),
+            rtt_initial_cap=initial,
+            rtt_max_cap=max_connections,
+        )
+        self.controller = RTTConcurrencyController(node_config, now)
+        self.in_flight = 0
+
+    @property
+    def cap(self) -> int:
+        return self.controller.cap
+
+    def may_start(self) -> bool:
+        return self.in_flight < self.cap
+
+    def start(self) -> None:
+        self.in_flight += 1
+
+    def finish(self, now: float, rtt_s: float, status: int | None) -> None:
+        """A request ended (status None: no answer); its RTT moves the cap."""
+        self.in_flight -= 1
+        self.controller.on_response(now, rtt_s, status, None)
+
+
+def make_in_flight_limit(
+    config: RateControlConfig, max_connections: int, now: float
+) -> InFlightLimit | None:
+    """The node-wide in-flight limit of mode "rtt"; the other modes pace each host only."""
+    return InFlightLimit(config, max_connections, now) if config.mode == "rtt" else None
 
 
 def make_host_controller(config: RateControlConfig, now: float) -> HostRateController:
