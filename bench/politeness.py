@@ -37,6 +37,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -50,6 +51,7 @@ from crawlflow.demo import coverage
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.queueing import ArrivalRate
 
 NODES = 2
 
@@ -242,8 +244,30 @@ def measure(
     }
 
 
+def server_side_rtt_ms(sim: WebSim, log: list[dict[str, Any]]) -> dict[str, float]:
+    """Per host, the median of the response times the server chose for the crawl's page
+    requests: its model's median at the arrival rate each request met, replayed from websim's
+    request log. Unlike the RTT the crawler measures, it leaves out the crawler's own delays
+    (on a loaded 2-core machine, tens of ms)."""
+    models = {f"{p.address}:{sim.port}": p.queueing() for p in sim.web.hosts}
+    arrivals = {host: ArrivalRate() for host in models}
+    chosen: dict[str, list[float]] = {host: [] for host in models}
+    for entry in sorted(log, key=lambda e: e["time"]):
+        model = models.get(entry["host"])
+        if model is None:
+            continue
+        rtt = model.median_rtt_s(arrivals[entry["host"]].arrive(entry["time"]))
+        if entry["path"] != "/robots.txt":
+            chosen[entry["host"]].append(1000.0 * rtt)
+    return {host: statistics.median(values) for host, values in chosen.items() if values}
+
+
 def measure_degrading(
-    crawl_dir: Path, truth: list[DegradingTruth], expected: set[str], wall_s: float
+    crawl_dir: Path,
+    truth: list[DegradingTruth],
+    expected: set[str],
+    wall_s: float,
+    server_ms: dict[str, float],
 ) -> dict[str, Any]:
     con = connect(crawl_dir)
     per_host = {row[0]: row[1:] for row in con.execute(DEGRADING_SQL).fetchall()}
@@ -253,6 +277,7 @@ def measure_degrading(
     for t in truth:
         count, median_ms, p95_ms, span_s = per_host.get(t.host, (0, None, None, 0.0))
         achieved = count / span_s if span_s else None
+        at_server = server_ms.get(t.host)
         hosts.append(
             {
                 "host": t.host,
@@ -264,6 +289,10 @@ def measure_degrading(
                 "median_over_unloaded": None
                 if median_ms is None
                 else round(median_ms / t.unloaded_ms, 3),
+                "server_median_ms": None if at_server is None else round(at_server, 1),
+                "server_median_over_unloaded": None
+                if at_server is None
+                else round(at_server / t.unloaded_ms, 3),
                 "achieved_rps": None if achieved is None else round(achieved, 2),
                 "rate_1_5x_rps": round(t.rate_1_5x, 2),
                 "rate_2x_rps": round(t.rate_2x, 2),
@@ -274,10 +303,16 @@ def measure_degrading(
         )
     cov = coverage(crawl_dir, expected)
     ratios = [h["median_over_unloaded"] for h in hosts if h["median_over_unloaded"] is not None]
+    at_server = [
+        h["server_median_over_unloaded"]
+        for h in hosts
+        if h["server_median_over_unloaded"] is not None
+    ]
     return {
         "coverage": round(cov["coverage"], 4),
         "ban_share": round(bans / answers, 4) if answers else 0.0,
         "worst_median_over_unloaded": max(ratios) if ratios else None,
+        "worst_server_median_over_unloaded": max(at_server) if at_server else None,
         "speed_vs_held_at_1.5x": round(held_s / crawl_s, 3) if crawl_s else None,
         "crawl_s": round(crawl_s, 1),
         "held_at_1_5x_s": round(held_s, 1),
@@ -290,7 +325,8 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
     print(f"\nmode {mode} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes")
     print(
         f"{'host':<22} {'pages':>5} {'unloaded':>8} {'median':>7} {'p95':>7} {'med/unl':>7} "
-        f"{'achieved/s':>10} {'1.5x at/s':>9} {'2x at/s':>8} {'ach/1.5x':>8}"
+        f"{'server med/unl':>14} {'achieved/s':>10} {'1.5x at/s':>9} {'2x at/s':>8} "
+        f"{'ach/1.5x':>8}"
     )
     for h in result["hosts"]:
 
@@ -300,16 +336,22 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
         print(
             f"{h['host']:<22} {h['pages']:>5} {h['unloaded_ms']:>6.1f}ms "
             f"{cell(h['median_ms'], '>5.1f')}ms {cell(h['p95_ms'], '>5.1f')}ms "
-            f"{cell(h['median_over_unloaded'], '>7.2f')} {cell(h['achieved_rps'], '>10.2f')} "
+            f"{cell(h['median_over_unloaded'], '>7.2f')} "
+            f"{cell(h['server_median_over_unloaded'], '>14.2f')} "
+            f"{cell(h['achieved_rps'], '>10.2f')} "
             f"{h['rate_1_5x_rps']:>9.2f} {h['rate_2x_rps']:>8.2f} "
             f"{cell(h['achieved_over_1_5x'], '>8.2f')}"
         )
     worst = result["worst_median_over_unloaded"]
+    worst_server = result["worst_server_median_over_unloaded"]
     speed = result["speed_vs_held_at_1.5x"]
     rtt_ok = worst is not None and worst <= GOALS["rtt_over_unloaded"]
+    server_ok = worst_server is not None and worst_server <= GOALS["rtt_over_unloaded"]
     speed_ok = speed is not None and speed >= GOALS["speed_vs_held_at_1.5x"]
     print(
-        f"worst median RTT / unloaded {worst} [{'ok' if rtt_ok else 'MISSED'}]  "
+        f"worst median RTT / unloaded: as the crawler measured it {worst} "
+        f"[{'ok' if rtt_ok else 'MISSED'}], at the server {worst_server} "
+        f"[{'ok' if server_ok else 'MISSED'}]  "
         f"crawl {result['crawl_s']}s, held at the 1.5x rates {result['held_at_1_5x_s']}s: "
         f"{speed} as fast [{'ok' if speed_ok else 'MISSED'}]  coverage "
         f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%"
@@ -330,8 +372,10 @@ def plot_degrading(result: dict[str, Any], path: Path, mode: str) -> Path:
     fig, (rtt_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
     median = [h["median_over_unloaded"] or 0.0 for h in hosts]
     p95 = [(h["p95_ms"] or 0.0) / h["unloaded_ms"] for h in hosts]
-    rtt_ax.bar([i - 0.2 for i in x], median, 0.4, label="median")
-    rtt_ax.bar([i + 0.2 for i in x], p95, 0.4, label="p95", alpha=0.6)
+    server = [h["server_median_over_unloaded"] or 0.0 for h in hosts]
+    rtt_ax.bar([i - 0.27 for i in x], server, 0.27, label="median at the server")
+    rtt_ax.bar(x, median, 0.27, label="median, crawler-measured")
+    rtt_ax.bar([i + 0.27 for i in x], p95, 0.27, label="p95, crawler-measured", alpha=0.6)
     rtt_ax.axhline(1.5, color="tab:red", ls=":", label="goal: median 1.5x")
     rtt_ax.set_ylabel("RTT during the crawl / unloaded RTT")
     rtt_ax.set_title(f"{mode}: response time under the crawl")
@@ -442,17 +486,23 @@ def run_degrading(
             f"{min(t.unloaded_ms for t in truth):.0f}-{max(t.unloaded_ms for t in truth):.0f} ms"
         )
         for mode in modes:
+            sim.request_log(clear=True)
             crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "degrading")
-            results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s)
+            server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
+            results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s, server_ms)
             print_degrading(mode, results[mode])
             suffix = "" if mode == modes[0] else f"_{mode}"
             png = plot_degrading(results[mode], plots_dir / f"degrading{suffix}.png", mode)
             print(f"plot: {png}")
     if len(results) > 1:
-        print(f"\n{'mode':<13} {'worst median/unloaded':>21} {'speed vs 1.5x':>13}")
+        print(
+            f"\n{'mode':<13} {'worst median/unloaded':>21} {'at the server':>13} "
+            f"{'speed vs 1.5x':>13}"
+        )
         for mode, r in results.items():
             print(
-                f"{mode:<13} {r['worst_median_over_unloaded']:>21} {r['speed_vs_held_at_1.5x']:>13}"
+                f"{mode:<13} {r['worst_median_over_unloaded']:>21} "
+                f"{r['worst_server_median_over_unloaded']:>13} {r['speed_vs_held_at_1.5x']:>13}"
             )
     return results
 

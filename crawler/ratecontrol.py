@@ -56,6 +56,9 @@ BAND_MIN_SAMPLES = 8
 # late) for at most this share of the time; idle time lets a token bucket refill unseen.
 SERVED_MIN_PAGES = 8
 SERVED_MAX_IDLE_SHARE = 0.1
+# Responses in a row at the adaptive controller's ceiling, RTT below the target, with the
+# unloaded RTT known, that show a host is fast (see AdaptiveRateController).
+PROOF_SAMPLES = 4
 
 
 @dataclass(frozen=True)
@@ -108,11 +111,11 @@ class RateControlConfig:
     rtt_target: float = 1.45  # hold the page RTT at most this multiple of the unloaded RTT
     rtt_noise_s: float = 0.01  # queueing delay below this is never a brake (client jitter)
     rtt_gain: float = 0.05  # log-rate step per response at full distance from the target
-    base_duty: float = 0.2  # RTTs of requests sent with the connection busy <= this share...
-    base_samples: int = 12  # ...are unloaded; this many of them make the unloaded RTT known
-    # Until a server has shown it is fast (its RTT did not inflate at this ceiling), wait at
-    # least this many RTTs after each response (Heritrix's delayFactor; busy 1/(1+5) at most).
+    # Until a server has shown it is fast, wait at least this many RTTs after each response
+    # (Heritrix's delayFactor): its connection is busy at most 1/(1+5) of the time, and the
+    # RTTs of requests sent that idle are its unloaded RTT...
     unproven_delay_factor: float = 5.0
+    base_samples: int = 12  # ...known from this many of them
 
     # Retries and host pauses.
     retry_after_max_s: float = 120.0
@@ -164,8 +167,8 @@ class RateControlConfig:
                 self.rtt_noise_s >= 0 and 0 < self.rtt_gain <= 1,
                 "need rtt_noise_s >= 0, 0 < rtt_gain <= 1",
             ),
-            (0 < self.base_duty <= 1 and self.base_samples >= 1, "need 0 < base_duty <= 1"),
-            (self.unproven_delay_factor >= 0, "unproven_delay_factor must be >= 0"),
+            (self.base_samples >= 1, "base_samples must be >= 1"),
+            (self.unproven_delay_factor > 0, "unproven_delay_factor must be > 0"),
             (self.retry_after_max_s > 0, "retry_after_max_s must be > 0"),
             (self.max_retries >= 0, "max_retries must be >= 0"),
             (
@@ -615,10 +618,11 @@ class QueueingDelay:
     unloaded RTT (SPEC section 2's reading of a rising RTT: queueing).
 
     - Unloaded RTT: the geometric mean of the RTTs of requests sent while the host's
-      connection was busy at most `duty` of the time (rate x RTT). A server working one
-      request at a time was then at most that utilized, so its queue added at most
-      1/(1 - duty) - 1 (11% at 0.1); a server with more workers, less. Every such sample
-      counts, so the estimate sharpens whenever the rate is low. A minimum, as delay-based
+      connection was busy at most `duty` of the time (rate x expected RTT), each divided by
+      (1 + busy share): a server working one request at a time (M/M/1) stretches its
+      response time by exactly that at such a load, one with more workers by less, so the
+      estimate errs low, on the polite side. Every such sample counts, so the estimate
+      sharpens whenever the rate is low. A minimum, as delay-based
       congestion control (Vegas, LEDBAT, BBR) uses on networks, would read the low tail of
       response-time noise as the baseline and brake on noise.
     - Current RTT: an exponentially weighted mean of log RTT (weight `alpha` per response);
@@ -671,13 +675,13 @@ class AdaptiveRateController(_PacedController):
     queueing, 0 at the target, negative above it. Queueing under `rtt_noise_s` (R - U) reads
     as d = 1: on fast hosts that much is the client's own scheduling jitter.
 
-    - Until U is known (`base_samples` unloaded RTTs), the connection is kept busy at most
-      `base_duty` of the time as well: r <= base_duty / SRTT.
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
-      `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests).
-      The host shows it when `base_samples` responses in a row, sent at 90% of that ceiling or
-      more, kept d > 0 (RTT below the target): its RTT did not inflate as the rate grew. Then
-      only the signals below bound r.
+      `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests):
+      the connection is busy at most 1/(1 + f) of the time, and the RTTs of requests sent
+      that idle are unloaded ones; `base_samples` of them make U known. The host shows it is
+      fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the ceiling or
+      more kept d > 0 (RTT below the target): its RTT did not inflate as the rate grew to the
+      ceiling. Then only the signals below bound r.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), while
       d > 0; at the target slow start ends (as HyStart ends TCP's on rising delay).
@@ -729,7 +733,9 @@ class AdaptiveRateController(_PacedController):
         super().__init__(config, now)
         self.rate = 1.0 / config.initial_delay_s
         self.target: float | None = None  # requests/s to settle at after a ban; None before
-        self.queueing = QueueingDelay(config.rtt_alpha, config.base_duty, config.base_samples)
+        self.queueing = QueueingDelay(
+            config.rtt_alpha, 1.0 / (1.0 + config.unproven_delay_factor), config.base_samples
+        )
         self.slow_start = True
         self.proven_fast = False
         self._proof_streak = 0
@@ -758,10 +764,7 @@ class AdaptiveRateController(_PacedController):
         srtt = self.rtt.srtt
         if srtt is None or self.proven_fast:
             return 0.0
-        ceiling = srtt * (1.0 + self.config.unproven_delay_factor)
-        if not self.queueing.known:
-            return max(ceiling, srtt / self.config.base_duty)
-        return ceiling
+        return srtt * (1.0 + self.config.unproven_delay_factor)
 
     def _max_rate(self) -> float:
         fastest = max(
@@ -879,7 +882,7 @@ class AdaptiveRateController(_PacedController):
         near_ceiling = ceiling > 0 and 1.0 / self._rate_at_start <= ceiling / 0.9
         if near_ceiling and signal > 0:
             self._proof_streak += 1
-            self.proven_fast = self._proof_streak >= self.config.base_samples
+            self.proven_fast = self._proof_streak >= PROOF_SAMPLES
         else:
             self._proof_streak = 0
 

@@ -558,9 +558,9 @@ def test_adaptive_small_host_costs_at_most_two_bans(limit: float, latency_ms: fl
     controller = make_host_controller(RateControlConfig(), 0.0)
     run = run_token_bucket(controller, limit, latency_ms, pages=300)
     assert len(run.ban_times) <= 2
-    # The start costs a few seconds on slow-answering hosts: the unloaded RTT is learnt with
-    # the connection busy at most base_duty of the time, then the ceiling holds until the host
-    # has shown it is fast.
+    # The start costs a few seconds on slow-answering hosts: the ceiling holds (the connection
+    # busy at most 1/6 of the time) until the unloaded RTT is learnt and the host has shown
+    # it is fast.
     assert run.elapsed_s <= 1.35 * 300 / limit
 
 
@@ -755,8 +755,7 @@ def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:
         start = max(now, controller.earliest_next())
         controller.on_request_start(start)
         now = start + rtt
-        # Before the proof: never faster than one request per (1 + 5) RTTs; while the
-        # unloaded RTT is being learnt, the connection is busy at most base_duty.
+        # Before the proof: never faster than one request per (1 + 5) RTTs.
         if not controller.proven_fast:
             assert controller.current_delay() >= (1 + config.unproven_delay_factor) * rtt - 1e-9
         controller.on_response(now, rtt, 200, None)
