@@ -688,8 +688,8 @@ class AdaptiveRateController(_PacedController):
     - After slow start, per clean response r *= exp(d * rtt_gain): proportional steps, small
       near the target (LEDBAT's linear controller), so r settles where R = rtt_target * U.
       Per response, not per second: R averages about 1/rtt_alpha responses, and a step per
-      second would outrun that on a slow host. After a ban, only the braking half (d < 0) acts
-      and the loss side below sets the pace.
+      second would outrun that on a slow host. After a ban the loss side below sets the pace,
+      and queueing brakes only at d = -1 (R at twice the target's distance from U).
 
     Loss side (token buckets answering 429/503):
 
@@ -849,7 +849,10 @@ class AdaptiveRateController(_PacedController):
         signal = self.delay_signal()
         self._check_proof(signal)
         step = cfg.rtt_gain
-        if signal is not None and signal < 0:  # queueing above the target: brake
+        # Queueing above the target brakes. Once bans have given a target, the server has said
+        # how fast it wants to be asked, and only queueing at twice the target's distance
+        # (d = -1) brakes: on a noisy rate-limited host the milder readings are mostly noise.
+        if signal is not None and signal < 0 and (self.target is None or signal <= -1.0):
             self.slow_start = False
             self._clean_streak = 0
             self._set_rate(self.rate * math.exp(signal * step))
