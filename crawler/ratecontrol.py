@@ -49,8 +49,6 @@ TRACE_FIELDS = (
 # the time (the rest: Retry-After pauses, or the node loop not sending although allowed) says
 # little about the delay, so it does not move the delay.
 PID_MIN_ACTIVE_SHARE = 0.5
-# The adaptive controller trusts an RTT band only when it was built from this many samples.
-BAND_MIN_SAMPLES = 8
 # The adaptive controller takes the rate served between two bans as the host's limit when at
 # least this many pages came in between and the host was left idle (no URL queued, the node
 # late) for at most this share of the time; idle time lets a token bucket refill unseen.
@@ -254,7 +252,6 @@ class RTTBand:
         self.srtt: float | None = None
         self.low: float | None = None
         self.high: float | None = None
-        self.band_samples = 0  # how many S values the current band was built from
         self._end = now + interval_s
         self._min = math.inf
         self._max = -math.inf
@@ -266,7 +263,7 @@ class RTTBand:
         if now < self._end:
             return
         if self._samples:
-            self.low, self.high, self.band_samples = self._min, self._max, self._samples
+            self.low, self.high = self._min, self._max
         self._min, self._max, self._samples = math.inf, -math.inf, 0
         self._end += self.interval_s * (math.floor((now - self._end) / self.interval_s) + 1)
 
