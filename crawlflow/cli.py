@@ -1,4 +1,4 @@
-"""The `crawlflow` command: crawl, report, sql, plan, websim, demo.
+"""The `crawlflow` command: crawl, report, sql, warc-get, plan, websim, demo.
 
 Every user mistake ends in one line on stderr and exit code 2; Prefect, Ray and the web
 simulator are imported only by the commands that need them, so `sql` and `report` start fast.
@@ -157,6 +157,24 @@ def sql(
         table.add_row(*("NULL" if v is None else str(v) for v in row))
     Console().print(table)
     Console(stderr=True).print(f"{len(rows)} rows")
+
+
+@app.command("warc-get")
+def warc_get(
+    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    url: Annotated[str, typer.Argument(help="The URL whose newest WARC record to print.")],
+) -> None:
+    """Print the newest WARC record of URL (headers and payload), found through `fetches`."""
+    from storage.views import connect
+    from storage.warc import RecordNotFound, locate_record, read_record
+
+    con = connect(directory)
+    try:
+        path, offset, length = locate_record(con, directory, url)
+    except RecordNotFound as exc:
+        raise UserError(str(exc)) from None
+    sys.stdout.buffer.write(read_record(path, offset, length))
+    sys.stdout.flush()
 
 
 @app.command()
