@@ -42,6 +42,19 @@ PRIOR_CHANGE_SHARE = 0.5  # a server with no intervals observed yet
 _NOT_REVISITED = ("/robots.txt",)
 
 
+class RecrawlError(ValueError):
+    """`since` names no earlier crawl in the output root; the message is one line."""
+
+
+def start_urls(seeds: list[str], revisits: Revisits | None) -> list[str]:
+    """A crawl's start: the seeds, and in a recrawl every known URL after them, breadth-first
+    (the FIFO policies keep this order; the others rank by revisit priority)."""
+    if revisits is None:
+        return seeds
+    given = set(seeds)
+    return seeds + [url for url in revisits.order if url not in given]
+
+
 def change_rate(intervals: int, changes: float, nights: float) -> float:
     """Cho and Garcia-Molina's bias-reduced estimate, in changes per night."""
     if intervals <= 0 or nights <= 0:
