@@ -72,6 +72,9 @@ class CrawlConfig(BaseModel):
     warc: bool = Field(
         True, description="archive every HTTP exchange to WARC/1.1 files beside the Parquet"
     )
+    sitemaps: bool = Field(
+        True, description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml)"
+    )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
     # Distribution over nodes (SPEC §4; crawler/exchange.py, crawler/dedup.py). Each

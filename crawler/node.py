@@ -29,6 +29,7 @@ from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller, make_retry_policy
 from crawler.recrawl import Revisits
+from crawler.sitemaps import SitemapEntry, read_sitemaps, sitemap_urls
 from crawler.urls import Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
 from storage.warc import WarcBatchWriter
@@ -552,6 +553,8 @@ class CrawlerNode:
             delay = rules.crawl_delay(self.config.user_agent)
             if delay:
                 server.controller.set_floor_delay(delay)
+            if self.config.sitemaps:
+                self._read_sitemaps(server, session)
             return True
         # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
         # after as many tries as a URL gets, the server's URLs are recorded as failed.
@@ -561,6 +564,67 @@ class CrawlerNode:
         else:
             server.paused_until = rules.retry_at or now
         return False
+
+    def _read_sitemaps(self, server: Server, session: ServerSession) -> None:
+        """The server's sitemaps (crawler/sitemaps.py), fetched over its connection at its
+        pace, seed its queue; the last sitemap fetch's row carries the URLs they added."""
+        assert server.robots is not None
+        fetched: list[FetchResult] = []
+
+        def fetch(url: str) -> FetchResult:
+            if not server.robots or not server.robots.allowed(url, self.config.user_agent):
+                return FetchResult(url, error="robots_disallowed")
+            wait = server.controller.earliest_next() - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            result = session.get(url)
+            with self._lock:
+                server.stats.on_response(result.status, result.rtt_s, result.headers)
+            fetched.append(result)
+            return result
+
+        origin = f"{server.scheme}://{server.host}"
+        entries = read_sitemaps(server.host, sitemap_urls(origin, server.robots.sitemaps), fetch)
+        added = self._queue_sitemap_entries(server, entries)
+        for number, result in enumerate(fetched, 1):
+            last = number == len(fetched)
+            self._record_fetch(result, UrlTask(result.url, depth=0), None, added if last else None)
+
+    def _queue_sitemap_entries(
+        self, server: Server, entries: list[SitemapEntry]
+    ) -> list[tuple[str, int]]:
+        """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,
+        move the known URLs whose `lastmod` is newer than their last visit before all others.
+        Returns the URLs added."""
+        added: list[tuple[str, int]] = []
+        raised: set[str] = set()
+        with self._lock:
+            for entry in entries:
+                try:
+                    url = strip_session_ids(canonical_url(entry.url))
+                except ValueError:
+                    continue
+                if host_key(url) != server.host:
+                    continue
+                if self._revisits is not None and self._revisits.changed_since(url, entry.lastmod):
+                    raised.add(url)
+                if url not in self._seen:
+                    self._seen.add(url)
+                    self._frontier.push(
+                        server.host, UrlTask(url, 0, quality=self._score(url)), server.scheme
+                    )
+                    added.append((url, 0))
+            if raised:
+                # Re-ranked in place: the server is ours (busy) and its count does not change.
+                tasks = server.queue.drain()
+                for task in tasks:
+                    if task.url in raised:
+                        task.quality = self._score(task.url) + 1.0
+                    server.queue.push(task)
+            if added:
+                self.counters["activity"] += 1
+                self._lock.notify_all()
+        return added
 
     def _next_task(self, server: Server) -> UrlTask | None:
         with self._lock:

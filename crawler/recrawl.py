@@ -27,10 +27,12 @@ Last-Modified never changes, still has its changes caught (it costs a full downl
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import duckdb
@@ -39,7 +41,6 @@ from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0
 PRIOR_CHANGE_SHARE = 0.5  # a server with no intervals observed yet
-_NOT_REVISITED = ("/robots.txt",)
 
 
 class RecrawlError(ValueError):
@@ -111,6 +112,18 @@ class Revisits:
         known = self.urls.get(url)
         return NEW_URL_PRIORITY if known is None else known.priority
 
+    def changed_since(self, url: str, lastmod: datetime | None) -> bool:
+        """A sitemap's `lastmod` newer than what the last visit saw: the `Last-Modified` it
+        got, else its fetch time."""
+        known = self.urls.get(url)
+        if known is None or lastmod is None:
+            return False
+        seen = known.fetch_time
+        if known.last_modified:
+            with contextlib.suppress(TypeError, ValueError):  # a malformed date: the fetch time
+                seen = parsedate_to_datetime(known.last_modified)
+        return seen is not None and lastmod > seen
+
     def conditional_headers(self, url: str) -> dict[str, str]:
         known = self.urls.get(url)
         headers: dict[str, str] = {}
@@ -155,9 +168,11 @@ def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisi
 
 
 def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
-    """Every URL the crawls of `chain` (oldest first) fetched or discovered, with its visits:
-    per crawl, its last HTTP answer (a 304 row carries the digest it confirms)."""
+    """Every URL the crawls of `chain` (oldest first) discovered (links, redirects, sitemap
+    entries: not robots.txt or sitemap files), with its visits: per crawl, its last HTTP
+    answer (a 304 row carries the digest it confirms)."""
     history: dict[str, Visits] = {}
+    discovered_urls: set[str] = set()
     con = duckdb.connect()
     for index, manifest in enumerate(chain):
         crawl_dir = out_dir / manifest.crawl_id
@@ -181,8 +196,6 @@ def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
                 [fetches],
             ).fetchall()
             for url, depth, fetch_time, digest, etag, last_modified in rows:
-                if urlpath_excluded(url):
-                    continue
                 visits = history.get(url)
                 if visits is None:
                     visits = history[url] = Visits(depth, fetch_time)
@@ -195,11 +208,7 @@ def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
                 "SELECT url, min(depth) FROM read_parquet(?) GROUP BY url ORDER BY 2, 1",
                 [discovered],
             ).fetchall():
-                if url not in history and not urlpath_excluded(url):
+                discovered_urls.add(url)
+                if url not in history:
                     history[url] = Visits(depth, datetime.max.replace(tzinfo=UTC))
-    return history
-
-
-def urlpath_excluded(url: str) -> bool:
-    """robots.txt is fetched by each node for itself, not revisited as a page."""
-    return url.split("?", 1)[0].endswith(_NOT_REVISITED)
+    return {url: visits for url, visits in history.items() if url in discovered_urls}
