@@ -9,7 +9,9 @@ each in its own output root (a copy of night 1), each revisiting its own previou
 - `full`: incremental with no page budget (conditional GETs for every known URL);
 - `change`: incremental with a budget of 30% of night 1's URLs, the default policy
   (`capability`), which ranks URLs by their estimated probability of having changed;
-- `bfs`: the same budget, breadth-first (`policy = bfs`): the known URLs in breadth-first order.
+- `bfs`: the same budget, breadth-first (`policy = bfs`): the known URLs in breadth-first order;
+- `sitemaps`: as `change`, with `sitemaps = true` (not the default): a `lastmod` newer than the
+  last visit puts a URL first. Its requests include the sitemap files.
 
 Per night and arm: HTTP requests (robots.txt and sitemaps included), bytes downloaded (body
 bytes, `content_length`), share of 304s, and changed pages caught. "Caught" is the crawler's
@@ -66,21 +68,31 @@ WEBS = {
 }
 NIGHTS = 5
 BUDGET_SHARE = 0.3
+# arm -> (policy, budget share of night 1's URLs, read sitemaps)
 ARMS = {
-    "full": ("capability", None),
-    "change": ("capability", BUDGET_SHARE),
-    "bfs": ("bfs", BUDGET_SHARE),
+    "full": ("capability", None, False),
+    "change": ("capability", BUDGET_SHARE, False),
+    "bfs": ("bfs", BUDGET_SHARE, False),
+    "sitemaps": ("capability", BUDGET_SHARE, True),
 }
 
 
 def crawl_night(
-    sim: WebSim, out: Path, crawl_id: str, policy: str, budget: int | None, full: bool
+    sim: WebSim,
+    out: Path,
+    crawl_id: str,
+    policy: str,
+    budget: int | None,
+    full: bool,
+    sitemaps: bool = False,
 ) -> None:
     """One night's crawl, planned as the flow plans it."""
     hosts = sim.servers
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=not full)
     revisits = load_revisits(out, manifest)
-    config = CrawlConfig(policy=policy, rate_control={"mode": "fixed", "fixed_delay_s": 0.0})
+    config = CrawlConfig(
+        policy=policy, sitemaps=sitemaps, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
+    )
     node = CrawlerNode(
         "node-0",
         crawl_id,
@@ -193,13 +205,14 @@ def run(spec: WebSpec, work: Path) -> dict[str, Any]:
         for night in range(2, NIGHTS + 1):
             changed = sim.advance_night() & reachable
             now = sim.changes.version
-            for arm, (policy, share) in ARMS.items():
+            for arm, (policy, share, sitemaps) in ARMS.items():
                 out = work / arm
                 crawl_id = f"night-{night}"
                 stale = {u for u, v in archived[arm].items() if v != now[url_page[u]]}
-                crawl_night(sim, out, crawl_id, policy, None if share is None else budget, False)
+                budget_tonight = None if share is None else budget
+                crawl_night(sim, out, crawl_id, policy, budget_tonight, False, sitemaps)
                 figures = night_figures(out, crawl_id)
-                caught = figures["caught_urls"]
+                caught = figures["caught_urls"] & url_page.keys()  # not the sitemap files
                 for url in figures["visited"]:
                     if url in url_page:
                         archived[arm][url] = int(now[url_page[url]])
@@ -227,6 +240,7 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     night_2 = rows["full", 2]
     bytes_share = night_2["bytes"] / rows["full", 1]["bytes"]
     change = sum(rows["change", n]["caught"] for n in range(2, NIGHTS + 1))
+    sitemaps = sum(rows["sitemaps", n]["caught"] for n in range(2, NIGHTS + 1))
     bfs = sum(rows["bfs", n]["caught"] for n in range(2, NIGHTS + 1))
     warc_ok = all(
         w["rows"] == w["rows_found"] and w["records"] > 0 for w in result["warc"].values()
@@ -239,6 +253,7 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
         == night_2["stale"],
         "change_vs_bfs_caught": round(change / max(1, bfs), 2),
         "change_at_least_1_5x_bfs": change >= 1.5 * bfs,
+        "sitemaps_vs_bfs_caught": round(sitemaps / max(1, bfs), 2),
         "every_catch_is_a_true_change": all(r["caught"] == r["caught_true"] for r in rows.values()),
         "warc_every_record_found": warc_ok,
     }

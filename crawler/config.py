@@ -72,8 +72,10 @@ class CrawlConfig(BaseModel):
     warc: bool = Field(
         True, description="archive every HTTP exchange to WARC/1.1 files beside the Parquet"
     )
+    # Off by default: a sitemap is extra requests on every server (a /sitemap.xml probe where
+    # robots.txt names none), and they count as URLs admitted when a crawl resumes.
     sitemaps: bool = Field(
-        True, description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml)"
+        False, description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml)"
     )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")

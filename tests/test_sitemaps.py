@@ -15,7 +15,7 @@ from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 
-CONFIG = {"rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
+CONFIG = {"sitemaps": True, "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
 
 
 @pytest.fixture(scope="module")
