@@ -252,6 +252,12 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
         == night_2["caught_true"]
         == night_2["stale"],
         "change_vs_bfs_caught": round(change / max(1, bfs), 2),
+        # Night 2 has one visit per URL behind it: no change seen yet, nothing to rank by.
+        "change_vs_bfs_caught_nights_3_5": round(
+            sum(rows["change", n]["caught"] for n in range(3, NIGHTS + 1))
+            / max(1, sum(rows["bfs", n]["caught"] for n in range(3, NIGHTS + 1))),
+            2,
+        ),
         "change_at_least_1_5x_bfs": change >= 1.5 * bfs,
         "sitemaps_vs_bfs_caught": round(sitemaps / max(1, bfs), 2),
         "every_catch_is_a_true_change": all(r["caught"] == r["caught_true"] for r in rows.values()),
@@ -296,7 +302,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.plot(later, [rows["full", n]["stale"] for n in later], "k--", label="changed (truth)")
     for arm in ARMS:
         ax.plot(later, [rows[arm, n]["caught"] for n in later], marker="o", label=f"{arm} caught")
-    ax.set_title(f"changed pages caught (budget {BUDGET_SHARE:.0%} for change/bfs)")
+    ax.set_title(f"changed pages caught (budget {BUDGET_SHARE:.0%})")
     ax.set_xlabel("night")
     for ax in axes:
         ax.legend(fontsize=8)
