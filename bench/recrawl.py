@@ -106,7 +106,7 @@ def crawl_night(
         revisits=revisits,
     )
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
-    coordinator.seed(start_urls([sim.hub_url], revisits))
+    coordinator.seed(start_urls([sim.hub_url], revisits, budget, policy))
     coordinator.run(poll_s=0.05)
     node.close()
 

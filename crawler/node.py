@@ -594,8 +594,8 @@ class CrawlerNode:
         self, server: Server, entries: list[SitemapEntry]
     ) -> list[tuple[str, int]]:
         """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,
-        move the known URLs whose `lastmod` is newer than their last visit before all others.
-        Returns the URLs added."""
+        put the known URLs whose `lastmod` is newer than their last visit before all others
+        (queued now if the budget had left them out). Returns the URLs added."""
         added: list[tuple[str, int]] = []
         raised: set[str] = set()
         with self._lock:
@@ -606,13 +606,17 @@ class CrawlerNode:
                     continue
                 if host_key(url) != server.host:
                     continue
+                boost = 0.0
                 if self._revisits is not None and self._revisits.changed_since(url, entry.lastmod):
                     raised.add(url)
-                if url not in self._seen:
+                    boost = 1.0
+                # A known URL the recrawl did not seed (a page budget left it out) comes in only
+                # when its lastmod says it changed.
+                known = self._revisits is not None and self._revisits.known(url) is not None
+                if url not in self._seen and (boost or not known):
                     self._seen.add(url)
-                    self._frontier.push(
-                        server.host, UrlTask(url, 0, quality=self._score(url)), server.scheme
-                    )
+                    task = UrlTask(url, 0, quality=self._score(url) + boost)
+                    self._frontier.push(server.host, task, server.scheme)
                     added.append((url, 0))
             if raised:
                 # Re-ranked in place: the server is ours (busy) and its count does not change.

@@ -40,6 +40,7 @@ import duckdb
 from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0
+RANKING_POLICIES = ("quality", "capability")  # the policies that rank URLs by their score
 PRIOR_CHANGE_SHARE = 0.5  # a server with no intervals observed yet
 
 
@@ -47,13 +48,26 @@ class RecrawlError(ValueError):
     """`since` names no earlier crawl in the output root; the message is one line."""
 
 
-def start_urls(seeds: list[str], revisits: Revisits | None) -> list[str]:
-    """A crawl's start: the seeds, and in a recrawl every known URL after them, breadth-first
-    (the FIFO policies keep this order; the others rank by revisit priority)."""
+def start_urls(
+    seeds: list[str],
+    revisits: Revisits | None,
+    max_pages: int | None = None,
+    policy: str = "capability",
+) -> list[str]:
+    """A crawl's start: the seeds, and in a recrawl the known URLs after them, breadth-first
+    (the FIFO policies keep this order; the others rank by revisit priority). With a page
+    budget, only `max_pages` known URLs: those of highest priority under the policies that
+    rank URLs (the budget goes to the likeliest changes on every server, instead of being
+    split by how fast each server answers), else the first breadth-first."""
     if revisits is None:
         return seeds
     given = set(seeds)
-    return seeds + [url for url in revisits.order if url not in given]
+    known = [url for url in revisits.order if url not in given]
+    if max_pages is not None:
+        if policy in RANKING_POLICIES:
+            known.sort(key=lambda url: -revisits.priority(url))  # stable: ties breadth-first
+        known = known[:max_pages]
+    return seeds + known
 
 
 def change_rate(intervals: int, changes: float, nights: float) -> float:

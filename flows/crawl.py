@@ -51,7 +51,7 @@ def crawl(
     settings = config_from_dict(config or {})
     scope = plan_crawl(seeds, allow or [], allow_private)
     revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, since, incremental)
-    start = start_urls(scope.seeds, revisits)
+    start = start_urls(scope.seeds, revisits, max_pages, settings.policy)
     checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s)
     specs = allocate_nodes(scope, nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(

@@ -53,7 +53,7 @@ def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) ->
         revisits=revisits,
     )
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
-    coordinator.seed(start_urls(seeds, revisits))
+    coordinator.seed(start_urls(seeds, revisits, budget))
     coordinator.run(poll_s=0.02)
     node.close()
     return node
