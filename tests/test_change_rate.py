@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crawler.recrawl import NEW_URL_PRIORITY, Visits, change_rate, plan_revisits
+from crawler.recrawl import NEW_URL_PRIORITY, Visits, change_rate, plan_revisits, start_urls
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -67,6 +67,21 @@ def test_revisit_order_puts_the_likely_changed_first():
     assert revisits.priority("http://a.test/unknown") == NEW_URL_PRIORITY
     # Breadth-first order for the FIFO policies: by depth.
     assert [url.rsplit("/", 1)[1] for url in revisits.order] == ["cold", "stale", "hot", "never"]
+
+
+def test_a_budget_seeds_the_likeliest_changes_or_the_first_breadth_first():
+    pages = history(
+        hot=(["a", "b", "c", "d"], 2),
+        cold=(["a", "a", "a", "a"], 0),
+        warm=(["a", "a", "b", "b"], 1),
+    )
+    revisits = plan_revisits(pages, crawls=4, since="c3")
+    seeds = ["http://a.test/"]
+    names = lambda urls: [url.rsplit("/", 1)[1] for url in urls]  # noqa: E731
+    assert names(start_urls(seeds, revisits)) == ["", "cold", "warm", "hot"]
+    assert names(start_urls(seeds, revisits, 2, "capability")) == ["", "hot", "warm"]
+    assert names(start_urls(seeds, revisits, 2, "bfs")) == ["", "cold", "warm"]
+    assert start_urls(seeds, None, 2) == seeds
 
 
 def test_conditional_headers_send_back_the_validators():
