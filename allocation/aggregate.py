@@ -14,29 +14,114 @@ choice packs better.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulp
 
 from allocation.cbc import has_solution, run_cbc
-from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan
+from allocation.model import DIMENSIONS, Instance, NodeType, NoFeasiblePlan, Task
+
+# Dual feasible functions applied per dimension: the Martello-Toth / Fekete-Schepers threshold
+# ones at these fractions of the capacity, and Fekete-Schepers' rounding ones for these k.
+THRESHOLDS = (0.1, 0.2, 0.25, 0.3, 1 / 3, 0.4, 0.45)
+ROUNDINGS = (1, 2, 3, 4)
+# Greedy conflict cliques grown per type.
+CLIQUES = 4
+
+
+def packing_cuts(node_type: NodeType, tasks: list[Task]) -> list[dict[str, float]]:
+    """Cuts ``nodes of the type >= sum coefficient * z[task, type]``, one dict per cut, each
+    holding for every plan.
+
+    Dual feasible functions. A function ``f`` on ``[0, 1]`` is dual feasible if
+    ``sum x_i <= 1`` implies ``sum f(x_i) <= 1``. In one node of the type, the tasks' shares
+    ``x_i = demand / capacity`` of a dimension sum to at most 1, so ``sum f(x_i) <= 1`` per node;
+    summed over the type's nodes, ``sum_i f(x_i) z[i, t] <= n_t``. The shares are divided by
+    ``1 + slack`` first, where ``slack`` is the tolerance with which ``Resources.fits_in``
+    accepts a load, so the shares of an accepted node sum to at most 1 exactly. Used:
+    ``U_e(x) = 1 if x > 1 - e, x if e <= x <= 1 - e, 0 if x < e`` for ``e <= 1/2`` (Martello and
+    Toth's L2 bound, linearized) and ``u_k(x) = x if (k + 1) x is whole, floor((k + 1) x) / k
+    otherwise`` (Fekete and Schepers 2001). Both are dual feasible.
+
+    Conflict cliques. Tasks any two of which do not fit one node together use one node each, so
+    ``n_t >= sum_{i in C} z[i, t]`` for such a set ``C``; the cliques are grown greedily from the
+    largest tasks.
+    """
+    cuts: list[dict[str, float]] = []
+    functions = [_threshold(e) for e in THRESHOLDS] + [_rounding(k) for k in ROUNDINGS]
+    for shares in _shares(node_type, tasks):
+        for f in functions:
+            cut = {tid: f(x) for tid, x in shares.items() if f(x) > 0}
+            # A cut with f(x) <= x for every task is implied by the volume constraint.
+            if any(c > shares[tid] for tid, c in cut.items()) and cut not in cuts:
+                cuts.append(cut)
+    cuts.extend({tid: 1.0 for tid in clique} for clique in _cliques(node_type, tasks))
+    return cuts
+
+
+def _shares(node_type: NodeType, tasks: list[Task]) -> list[dict[str, float]]:
+    """Each task's share of the node per dimension, and the mean share over the dimensions (the
+    mean shares of a node's tasks sum to at most 1 too), each divided by the fit tolerance."""
+    capacity = node_type.capacity.as_tuple()
+    dims = [d for d, cap in enumerate(capacity) if cap > 0]
+    per_dim = []
+    for d in dims:
+        slack = 1 + 1e-9 + 1e-12 / capacity[d]
+        per_dim.append({task.id: task.demand.as_tuple()[d] / capacity[d] / slack
+                        for task in tasks})
+    mean = {task.id: sum(shares[task.id] for shares in per_dim) / len(per_dim) for task in tasks}
+    return [*per_dim, mean] if per_dim else []
+
+
+def _threshold(e: float) -> Callable[[float], float]:
+    return lambda x: 1.0 if x > 1 - e else (x if x >= e else 0.0)
+
+
+def _rounding(k: int) -> Callable[[float], float]:
+    def f(x: float) -> float:
+        scaled = (k + 1) * x
+        return x if scaled == math.floor(scaled) else math.floor(scaled) / k
+    return f
+
+
+def _cliques(node_type: NodeType, tasks: list[Task]) -> list[list[str]]:
+    capacity = node_type.capacity
+    def size(task: Task) -> float:
+        return max(a / c for a, c in zip(task.demand.as_tuple(), capacity.as_tuple(), strict=True)
+                   if c > 0)
+    order = sorted(tasks, key=size, reverse=True)
+    cliques: list[list[str]] = []
+    for start in order[:CLIQUES]:
+        clique = [start]
+        for task in order:
+            if task is not start and all(not (task.demand + member.demand).fits_in(capacity)
+                                         for member in clique):
+                clique.append(task)
+        if len(clique) > 1:
+            cliques.append([task.id for task in clique])
+    return cliques
 
 
 @dataclass(frozen=True)
 class Aggregate:
     lower_bound: float  # valid only for capacity_share = 1
     by_type: dict[str, list[str]] | None  # task ids per type name; None if CBC found none
+    nodes: dict[str, int] | None  # node count per type name; None if CBC found none
 
 
 def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: float = 1.0
                     ) -> Aggregate:
     prob = pulp.LpProblem("aggregated", pulp.LpMinimize)
     z: dict[tuple[str, str], pulp.LpVariable] = {}
+    counts: dict[str, tuple[pulp.LpVariable, pulp.LpVariable]] = {}
     cost = []
     for ti, nt in enumerate(instance.node_types):
         reserved = prob.add_variable(f"r_{ti}", 0, nt.max_reserved, cat=pulp.LpInteger)
         surcharge = prob.add_variable(f"s_{ti}", 0, nt.max_surcharge, cat=pulp.LpInteger)
+        counts[nt.name] = (reserved, surcharge)
         cost.append(nt.busy_reserved_cost * reserved + nt.surcharge * surcharge)
         fitting = [(i, t) for i, t in enumerate(instance.tasks) if t.demand.fits_in(nt.capacity)]
         for i, task in fitting:
@@ -49,6 +134,10 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
             if any(amount > 0 for amount, _ in load):
                 prob += (pulp.lpSum(a * v for a, v in load)
                          <= capacity_share * getattr(nt.capacity, dim) * (reserved + surcharge))
+        if capacity_share == 1.0:
+            for cut in packing_cuts(nt, [task for _, task in fitting]):
+                prob += (pulp.lpSum(c * z[task_id, nt.name] for task_id, c in cut.items())
+                         <= reserved + surcharge)
     prob += pulp.lpSum(cost)
     for task in instance.tasks:
         prob += pulp.lpSum(z[task.id, nt.name] for nt in instance.node_types
@@ -59,15 +148,49 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
         if capacity_share == 1.0:
             raise NoFeasiblePlan("no plan places every task within max_reserved and "
                                  "max_surcharge")
-        return Aggregate(0.0, None)
+        return Aggregate(0.0, None, None)
     if prob.sol_status == pulp.LpSolutionOptimal:
         lower = pulp.value(prob.objective)
     else:
         lower = cbc_bound if cbc_bound is not None else 0.0
     if not has_solution(prob):
-        return Aggregate(lower, None)
+        return Aggregate(lower, None, None)
     by_type: dict[str, list[str]] = defaultdict(list)
     for (task_id, type_name), var in z.items():
         if (var.value() or 0) > 0.5:
             by_type[type_name].append(task_id)
-    return Aggregate(lower, dict(by_type))
+    nodes = {name: round(r.value() or 0) + round(s.value() or 0) for name, (r, s) in counts.items()}
+    return Aggregate(lower, dict(by_type), nodes)
+
+
+def pack_into(instance: Instance, type_name: str, task_ids: list[str], bins: int,
+              time_limit_s: float) -> list[list[str]] | None:
+    """The tasks packed on ``bins`` nodes of the type, found by CBC; None if it found none.
+
+    The aggregated relaxation's count per type is often reachable while the packing heuristics
+    need a node more (they fill bins one at a time); this settles it exactly. Bins are identical,
+    so each is labelled by its first task in decreasing size order: the task of rank ``r`` can
+    only be in bins ``j <= r``.
+    """
+    capacity = instance.node_type(type_name).capacity.as_tuple()
+    tasks = sorted((instance.task(tid) for tid in task_ids), reverse=True,
+                   key=lambda t: max(a / c for a, c in zip(t.demand.as_tuple(), capacity,
+                                                           strict=True) if c > 0))
+    prob = pulp.LpProblem("pack_into", pulp.LpMinimize)
+    x = {(r, j): prob.add_variable(f"x_{r}_{j}", cat=pulp.LpBinary)
+         for r in range(len(tasks)) for j in range(min(r + 1, bins))}
+    prob += pulp.lpSum([])
+    for r in range(len(tasks)):
+        prob += pulp.lpSum(x[r, j] for j in range(min(r + 1, bins))) == 1
+    for j in range(bins):
+        for d, cap in enumerate(capacity):
+            prob += pulp.lpSum(tasks[r].demand.as_tuple()[d] * x[r, j]
+                               for r in range(j, len(tasks))) <= cap
+    run_cbc(prob, time_limit_s)
+    if not has_solution(prob):
+        return None
+    packed: list[list[str]] = [[] for _ in range(bins)]
+    for (r, j), var in x.items():
+        if (var.value() or 0) > 0.5:
+            packed[j].append(tasks[r].id)
+    return [b for b in packed if b]

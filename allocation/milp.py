@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from allocation.aggregate import solve_aggregate
+from allocation.aggregate import pack_into, solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
@@ -215,10 +215,31 @@ def _candidates(instance: Instance, time_left: Callable[[], float]
         if aggregate.by_type is None:
             yield None, lower
             continue
+        packings = []
         for power in SCARCITY_POWERS:
             packing = {type_name: min_slack_bins(instance, type_name, task_ids, power)
                        for type_name, task_ids in aggregate.by_type.items()}
+            packings.append(packing)
             yield eliminate_bins(instance, packing), lower
+        if share == 1.0 and aggregate.nodes is not None:
+            yield eliminate_bins(instance, _packed_exactly(
+                instance, aggregate.by_type, aggregate.nodes, packings, time_left)), lower
+
+
+def _packed_exactly(instance: Instance, by_type: dict[str, list[str]], nodes: dict[str, int],
+                    packings: list[Packing], time_left: Callable[[], float]) -> Packing:
+    """The aggregated relaxation's task -> type choice packed on its node counts by CBC, type by
+    type, where the heuristics' packings need more nodes; a type CBC cannot settle keeps the
+    heuristics' fewest bins. When every type is settled this plan meets the bound."""
+    packing: Packing = {}
+    for type_name, task_ids in by_type.items():
+        fewest = min((p.get(type_name, []) for p in packings), key=len)
+        exact = None
+        if len(fewest) > nodes[type_name] and time_left() > 0:
+            exact = pack_into(instance, type_name, task_ids, nodes[type_name],
+                              max(time_left(), 0.5))
+        packing[type_name] = exact if exact is not None else fewest
+    return packing
 
 
 class _Model:

@@ -14,6 +14,7 @@ from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
 from allocation import cbc, milp
+from allocation.aggregate import pack_into, solve_aggregate
 from allocation.cbc import has_solution, run_cbc
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
@@ -119,6 +120,42 @@ def test_cross_check_on_types_with_different_max_reserved() -> None:
     validate_plan(instance, result.plan)
     assert result.status == OPTIMAL
     assert result.plan.total_cost == pytest.approx(plain_model_optimum(instance))
+
+
+# --- the aggregated relaxation's packing cuts ------------------------------------------------
+
+
+@settings(SETTINGS, max_examples=40)
+@given(instances(max_tasks=7))
+def test_the_aggregated_bound_with_its_cuts_never_exceeds_the_optimum(instance: Instance
+                                                                      ) -> None:
+    plain = plain_model_optimum(instance)
+    if plain is None:
+        return
+    assert solve_aggregate(instance, 10).lower_bound <= plain + 1e-6
+
+
+@pytest.mark.parametrize(("sizes", "nodes"), [
+    ((6, 6, 6), 3),        # any two conflict: a clique; the volume says 2
+    ((4, 4, 4, 4, 4), 3),  # two per node at most: Fekete-Schepers u_2 counts each as 1/2
+    ((7, 7, 4, 4, 4), 4),  # U_1/3 counts the 7s as 1 and the 4s as 0.4: 3.2; volume 2.6
+])
+def test_packing_cuts_count_the_nodes_that_the_volume_misses(sizes: tuple[float, ...],
+                                                             nodes: int) -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
+                        cubes(*sizes))
+    assert solve_aggregate(instance, 10).lower_bound == pytest.approx(nodes)
+    assert plain_model_optimum(instance) == pytest.approx(nodes)
+
+
+def test_pack_into_packs_on_the_nodes_given_or_says_it_cannot() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
+                        cubes(5, 4, 3, 3, 2, 2, 1))
+    ids = [task.id for task in instance.tasks]
+    packed = pack_into(instance, "n", ids, 2, 10)
+    assert packed is not None and len(packed) == 2
+    check(instance, {"n": packed})
+    assert pack_into(instance, "n", ids, 1, 10) is None  # 20 units on one node of 10
 
 
 # --- heuristics ------------------------------------------------------------------------------
