@@ -23,11 +23,15 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
    leave room for the packing loss) are packed type by type with minimum bin slack
    (``allocation.packing``), each then losing the bins whose tasks fit in the others;
-2. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+   the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
+2. the bound's own task -> type choice packed by CBC on exactly the relaxation's node count per
+   type (``allocation.aggregate.pack_into``), for the types where the heuristics needed more:
+   when it succeeds for every type, the plan meets the bound;
+3. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
-3. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+4. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
    covers every task, which recombines bins of different plans;
-4. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+5. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
    identical, so they are ordered by their first task in a fixed task order (largest first); then
    open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
    positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
@@ -52,7 +56,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from allocation.aggregate import pack_into, solve_aggregate
+from allocation.aggregate import Aggregate, pack_into, solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
@@ -81,12 +85,14 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the local
-# search on the best of them, and the restricted master; the full model gets the rest but a
+# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the exact
+# packing of the bound's relaxation, the local search on the best candidates, and the
+# restricted master; the full model gets the rest but a
 # margin, since writing the model for CBC and reading it back run past CBC's own clock.
 CANDIDATE_SHARE = 0.4
-IMPROVE_SHARE = 0.45
-MASTER_SHARE = 0.6
+EXACT_SHARE = 0.65
+IMPROVE_SHARE = 0.7
+MASTER_SHARE = 0.8
 CBC_MARGIN_SHARE = 0.1
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
@@ -133,12 +139,22 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         incumbent = best()
         return incumbent is not None and packing_cost(instance, incumbent) <= lower + TOLERANCE
 
-    for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE)):
+    bound_relaxation: list[tuple[Aggregate, list[Packing]]] = []
+    for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE),
+                                        bound_relaxation):
         lower = max(lower, bound)
         if candidate is not None and within_limits(instance, candidate):
             candidates.append(candidate)
         if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
+
+    for aggregate, packings in bound_relaxation:
+        if not closed() and aggregate.by_type is not None and aggregate.nodes is not None:
+            exact = eliminate_bins(instance, _packed_exactly(
+                instance, aggregate.by_type, aggregate.nodes, packings,
+                lambda: clock.until(EXACT_SHARE)))
+            if within_limits(instance, exact):
+                candidates.append(exact)
 
     if not closed():
         cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
@@ -196,10 +212,12 @@ def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seco
     return None
 
 
-def _candidates(instance: Instance, time_left: Callable[[], float]
+def _candidates(instance: Instance, time_left: Callable[[], float],
+                bound_relaxation: list[tuple[Aggregate, list[Packing]]]
                 ) -> Iterator[tuple[Packing | None, float]]:
     """Candidate packings (None when a relaxation found no task -> type choice), each with the
-    lower bound known when it was made."""
+    lower bound known when it was made. The relaxation that gives the bound (capacity share 1)
+    is appended to ``bound_relaxation`` with its packings per type, by minimum bin slack."""
     for heuristic in (first_fit, first_fit_decreasing):
         try:
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
@@ -221,9 +239,8 @@ def _candidates(instance: Instance, time_left: Callable[[], float]
                        for type_name, task_ids in aggregate.by_type.items()}
             packings.append(packing)
             yield eliminate_bins(instance, packing), lower
-        if share == 1.0 and aggregate.nodes is not None:
-            yield eliminate_bins(instance, _packed_exactly(
-                instance, aggregate.by_type, aggregate.nodes, packings, time_left)), lower
+        if share == 1.0:
+            bound_relaxation.append((aggregate, packings))
 
 
 def _packed_exactly(instance: Instance, by_type: dict[str, list[str]], nodes: dict[str, int],

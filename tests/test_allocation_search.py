@@ -328,7 +328,8 @@ def test_a_plan_in_hand_survives_cbc_calling_the_model_infeasible(
     heuristic = first_fit(instance)
     # Only first fit's plan, no bound: the full model runs, and CBC "finds it infeasible".
     monkeypatch.setattr(milp, "_candidates",
-                        lambda instance, time_left: iter([(packing_of(heuristic), 0.0)]))
+                        lambda instance, time_left, relaxations: iter([(packing_of(heuristic),
+                                                                        0.0)]))
 
     def infeasible(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False
                    ) -> None:
