@@ -7,9 +7,10 @@ Minimize ``sum (reserved + usage) * r_t + surcharge * s_t``.
 
 With ``capacity_share = 1`` every plan satisfies it (count its nodes per type), so its optimum is a
 lower bound on the cost; it is much stronger than the LP of the assignment model because node
-counts stay integer. It forgets only that tasks come in pieces that must fit node by node, and
-that is why a share below 1 (leaving room for the packing loss) is also useful: its task -> type
-choice packs better.
+counts stay integer. It forgets that tasks come in pieces that must fit node by node; the packing
+cuts (``packing_cuts``, added at share 1) give part of that back: tasks too large to share a node,
+and dual feasible functions that count a node's tasks for more than their volume. A share below 1
+(leaving room for the packing loss) is also useful: its task -> type choice packs better.
 """
 
 from __future__ import annotations
