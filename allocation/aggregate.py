@@ -165,33 +165,49 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
 
 
 def pack_into(instance: Instance, type_name: str, task_ids: list[str], bins: int,
-              time_limit_s: float) -> list[list[str]] | None:
+              start: list[list[str]], time_limit_s: float) -> list[list[str]] | None:
     """The tasks packed on ``bins`` nodes of the type, found by CBC; None if it found none.
 
     The aggregated relaxation's count per type is often reachable while the packing heuristics
-    need a node more (they fill bins one at a time); this settles it exactly. Bins are identical,
-    so each is labelled by its first task in decreasing size order: the task of rank ``r`` can
-    only be in bins ``j <= r``.
+    need a node more (they fill bins one at a time); this settles it exactly. CBC maximizes the
+    summed shares of the tasks it places, starting from the fullest ``bins`` bins of ``start``
+    (a packing of the same tasks on more nodes), which guides its search better than a bare
+    feasibility problem; a solution placing every task is the answer. Bins are identical, so
+    each is labelled by its first task in decreasing size order: the task of rank ``r`` can only
+    be in bins ``j <= r``.
     """
     capacity = instance.node_type(type_name).capacity.as_tuple()
-    tasks = sorted((instance.task(tid) for tid in task_ids), reverse=True,
-                   key=lambda t: max(a / c for a, c in zip(t.demand.as_tuple(), capacity,
-                                                           strict=True) if c > 0))
-    prob = pulp.LpProblem("pack_into", pulp.LpMinimize)
+
+    def shares(task_id: str) -> list[float]:
+        demand = instance.task(task_id).demand.as_tuple()
+        return [a / c for a, c in zip(demand, capacity, strict=True) if c > 0]
+
+    ids = sorted(task_ids, key=lambda tid: max(shares(tid), default=0.0), reverse=True)
+    rank = {tid: r for r, tid in enumerate(ids)}
+    weight = {tid: sum(shares(tid)) for tid in ids}
+    prob = pulp.LpProblem("pack_into", pulp.LpMaximize)
     x = {(r, j): prob.add_variable(f"x_{r}_{j}", cat=pulp.LpBinary)
-         for r in range(len(tasks)) for j in range(min(r + 1, bins))}
-    prob += pulp.lpSum([])
-    for r in range(len(tasks)):
-        prob += pulp.lpSum(x[r, j] for j in range(min(r + 1, bins))) == 1
+         for r in range(len(ids)) for j in range(min(r + 1, bins))}
+    prob += pulp.lpSum(weight[ids[r]] * var for (r, _), var in x.items())
+    for r in range(len(ids)):
+        prob += pulp.lpSum(x[r, j] for j in range(min(r + 1, bins))) <= 1
     for j in range(bins):
         for d, cap in enumerate(capacity):
-            prob += pulp.lpSum(tasks[r].demand.as_tuple()[d] * x[r, j]
-                               for r in range(j, len(tasks))) <= cap
-    run_cbc(prob, time_limit_s)
+            prob += pulp.lpSum(instance.task(ids[r]).demand.as_tuple()[d] * x[r, j]
+                               for r in range(j, len(ids))) <= cap
+    for var in x.values():
+        var.setInitialValue(0)
+    fullest = sorted(start, key=lambda b: sum(weight[tid] for tid in b), reverse=True)[:bins]
+    for j, tasks in enumerate(sorted(fullest, key=lambda b: min(rank[tid] for tid in b))):
+        for tid in tasks:
+            x[rank[tid], j].setInitialValue(1)
+    run_cbc(prob, time_limit_s, warm_start=True)
     if not has_solution(prob):
         return None
     packed: list[list[str]] = [[] for _ in range(bins)]
     for (r, j), var in x.items():
         if (var.value() or 0) > 0.5:
-            packed[j].append(tasks[r].id)
+            packed[j].append(ids[r])
+    if sum(len(b) for b in packed) < len(ids):
+        return None
     return [b for b in packed if b]

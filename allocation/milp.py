@@ -253,7 +253,7 @@ def _packed_exactly(instance: Instance, by_type: dict[str, list[str]], nodes: di
         fewest = min((p.get(type_name, []) for p in packings), key=len)
         exact = None
         if len(fewest) > nodes[type_name] and time_left() > 0:
-            exact = pack_into(instance, type_name, task_ids, nodes[type_name],
+            exact = pack_into(instance, type_name, task_ids, nodes[type_name], fewest,
                               max(time_left(), 0.5))
         packing[type_name] = exact if exact is not None else fewest
     return packing

@@ -152,10 +152,12 @@ def test_pack_into_packs_on_the_nodes_given_or_says_it_cannot() -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
                         cubes(5, 4, 3, 3, 2, 2, 1))
     ids = [task.id for task in instance.tasks]
-    packed = pack_into(instance, "n", ids, 2, 10)
+    # First fit decreasing's three bins: {5, 4, 1}, {3, 3, 2}, {2}.
+    start = [["t0", "t1", "t6"], ["t2", "t3", "t4"], ["t5"]]
+    packed = pack_into(instance, "n", ids, 2, start, 10)
     assert packed is not None and len(packed) == 2
     check(instance, {"n": packed})
-    assert pack_into(instance, "n", ids, 1, 10) is None  # 20 units on one node of 10
+    assert pack_into(instance, "n", ids, 1, start, 10) is None  # 20 units on one node of 10
 
 
 # --- heuristics ------------------------------------------------------------------------------
