@@ -153,11 +153,20 @@ def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
         env=env,
     )
     assert process.stdout is not None
-    for line in process.stdout:
-        _note(run, line, time.monotonic() - launched, launched)
-        run.output.append(line.rstrip("\n"))
+    stdout = process.stdout
+
+    def read() -> None:
+        for line in stdout:
+            _note(run, line, time.monotonic() - launched, launched)
+            run.output.append(line.rstrip("\n"))
+
+    # The command's exit is what its user waits for; a child it leaves stopping (the Prefect
+    # server) may hold the pipe open a little longer.
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     run.returncode = process.wait()
     run.markers["exit"] = time.monotonic() - launched
+    reader.join(timeout=30)
     return run
 
 
@@ -191,7 +200,7 @@ def main() -> None:
     if runs_wanted < 2:
         parser.error("--runs must be at least 2: one cold run and at least one warm run")
     json_path = args.json or results_dir("startup", args.quick) / "startup.json"
-    console = Console()
+    console = Console(width=130)
 
     runs: list[Run] = []
     loads: list[str] = []

@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -111,8 +112,9 @@ def wait_for_server(server: PrefectServer) -> PrefectServer:
 
 @contextmanager
 def crawl_runtime() -> Iterator[None]:
-    """Inside: a Prefect API to run the flow on, Ray started (local, or RAY_ADDRESS), and the
-    flow imported."""
+    """Inside: a Prefect API to run the flow on, a local Ray started, and the flow imported.
+    A Ray started here is shut down on the way out, in the background: it takes
+    seconds, while the command prints its summary."""
     server = start_prefect_server()
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The flow's imports (Prefect, the crawler) keep a core busy while Ray's start mostly
@@ -120,17 +122,25 @@ def crawl_runtime() -> Iterator[None]:
         flow_imported = pool.submit(importlib.import_module, "flows.crawl")
         from tasks.actors import ensure_ray
 
-        ensure_ray()
+        # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing failures.
+        ray_started_here = not os.environ.get("RAY_ADDRESS") and ensure_ray()
         flow_imported.result()
-    if server is None:
-        yield
-        return
-    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
+    try:
+        if server is None:
+            yield
+        else:
+            from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
-    server = wait_for_server(server)
-    # The temporary server serves no UI: no "View at" link to one in the flow's log.
-    with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
-        yield
+            server = wait_for_server(server)
+            # The temporary server serves no UI: no "View at" link to one in the flow's log.
+            with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
+                yield
+    finally:
+        if ray_started_here:
+            import ray
+
+            # Not a daemon: the interpreter waits for it before it exits.
+            threading.Thread(target=ray.shutdown, name="ray-shutdown").start()
 
 
 def _free_loopback_port() -> int:

@@ -69,11 +69,13 @@ class LinkedCrawlerNode(CrawlerNode):
 LOCAL_RAY: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": False}
 
 
-def ensure_ray() -> None:
-    """Join the cluster at RAY_ADDRESS, or start a local Ray, unless already connected."""
+def ensure_ray() -> bool:
+    """Join the cluster at RAY_ADDRESS, or start a local Ray, unless already connected.
+    True when this call connected."""
     if ray.is_initialized():
-        return
+        return False
     if address := os.environ.get("RAY_ADDRESS"):
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(**LOCAL_RAY)
+    return True
