@@ -61,7 +61,7 @@ CRAWL_DONE = re.compile(r"crawl done in ([\d.]+)s: (\d+) pages")
 # Each phase: (label, start marker, end marker); markers are times in seconds since launch.
 PHASES = [
     ("CLI start-up and imports, until the Prefect server starts", "launch", "server_start"),
-    ("Prefect server start (process start to API healthy)", "server_start", "server_ready"),
+    ("Prefect server start (its start line to API healthy)", "server_start", "server_ready"),
     ("Ray start (ray.init)", "ray_start", "ray_ready"),
     ("flow run start (after the API and imports)", "server_ready", "flow_start"),
     ("plan, checkpoint, allocate tasks (bookkeeping)", "flow_start", "task:allocate"),

@@ -88,11 +88,16 @@ def start_prefect_server() -> PrefectServer | None:
     """Start a temporary server unless the settings name one. It stops at exit, after
     Prefect has sent its last logs and events: atexit runs handlers in reverse order, and
     Prefect registers its own later."""
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    # Started before the settings are read (reading them imports Prefect, about a second),
+    # and stopped again if the active profile or a settings file names a server after all.
+    server = PrefectServer()
     from prefect.settings import get_current_settings
 
     if get_current_settings().api.url:
+        server.stop()
         return None
-    server = PrefectServer()
     atexit.register(server.stop)
     print(f"Starting temporary Prefect server on {server.api_url}", file=sys.stderr, flush=True)
     return server
