@@ -121,12 +121,14 @@ def crawl_runtime() -> Iterator[None]:
     A Ray started here is shut down on the way out, in the background: it takes
     seconds, while the command prints its summary."""
     server = start_prefect_server()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The flow's imports (Prefect, the crawler) keep a core busy while Ray's start mostly
-        # waits for the processes it starts.
-        flow_imported = pool.submit(importlib.import_module, "flows.crawl")
-        from tasks.actors import ensure_ray
+    # Ray and the crawler (requests) are imported before the thread below starts: imports
+    # racing with each other's warning filters let urllib3 print a stray warning.
+    from tasks.actors import ensure_ray
 
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The flow's imports (Prefect) keep a core busy while Ray's start mostly waits for the
+        # processes it starts.
+        flow_imported = pool.submit(importlib.import_module, "flows.crawl")
         # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing failures.
         ray_started_here = not os.environ.get("RAY_ADDRESS") and ensure_ray()
         flow_imported.result()
@@ -138,8 +140,13 @@ def crawl_runtime() -> Iterator[None]:
 
             server = wait_for_server(server)
             # The temporary server serves no UI: no "View at" link to one in the flow's log.
-            with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
-                yield
+            # In the environment too, for a crawl_runtime entered again inside this one.
+            os.environ["PREFECT_API_URL"] = server.api_url
+            try:
+                with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
+                    yield
+            finally:
+                del os.environ["PREFECT_API_URL"]
     finally:
         if ray_started_here:
             import ray
