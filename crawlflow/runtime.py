@@ -90,14 +90,17 @@ def start_prefect_server() -> PrefectServer | None:
     Prefect registers its own later."""
     if os.environ.get("PREFECT_API_URL"):
         return None
-    # Started before the settings are read (reading them imports Prefect, about a second),
-    # and stopped again if the active profile or a settings file names a server after all.
-    server = PrefectServer()
+    # Unless Prefect is imported already, the server is started before the settings are read
+    # (reading them imports Prefect, about a second), and stopped again if the active profile
+    # or a settings file names a server after all.
+    server = None if "prefect" in sys.modules else PrefectServer()
     from prefect.settings import get_current_settings
 
     if get_current_settings().api.url:
-        server.stop()
+        if server is not None:
+            server.stop()
         return None
+    server = server or PrefectServer()
     atexit.register(server.stop)
     print(f"Starting temporary Prefect server on {server.api_url}", file=sys.stderr, flush=True)
     return server
