@@ -3,8 +3,9 @@
 Serves two fast sites on loopback (1,700 pages in all, served from memory, no rate limits)
 and runs the real `crawlflow crawl ROOT1 ROOT2 --allow-private` as a subprocess, as a user
 would, several times. The phases are read from what the command prints anyway, each line
-stamped when it arrives: Prefect's "Starting temporary server on URL" (the bench then polls
-URL/api/health to see when the API answers), Ray's token-authentication notice and "Started a
+stamped when it arrives: "Starting temporary Prefect server on URL" (or Prefect's own
+"Starting temporary server on URL" from versions that left it to Prefect; the bench then polls
+the server's /api/health to see when it answers), Ray's token-authentication notice and "Started a
 local Ray instance", "Beginning flow run", each task's "Finished in state", the flow's, the last
 line of the summary, and the exit. Nothing in the product is there for the benchmark.
 
