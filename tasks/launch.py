@@ -23,6 +23,7 @@ from crawler.config import CrawlConfig  # noqa: E402
 from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
 from crawler.exchange import Exchange  # noqa: E402
+from crawler.recrawl import Revisits  # noqa: E402
 from tasks.actors import (  # noqa: E402
     LinkedCrawlerNode,
     RayExchange,
@@ -85,6 +86,7 @@ class NodeLauncher:
     max_pages: int | None
     exchange: Any  # actor handles of the shared state
     shards: list[Any]
+    revisits: Revisits | None = None  # a recrawl's knowledge of the URLs (crawler/recrawl.py)
     launched: list[RayNode] = field(default_factory=list)
 
     def launch(self, node_id: str, hosts: list[str], num_cpus: float, memory: int) -> RayNode:
@@ -107,6 +109,7 @@ class NodeLauncher:
                 allow_private=self.allow_private,
                 max_depth=self.max_depth,
                 page_budget=None if self.max_pages is None else 0,
+                revisits=self.revisits,
             )
         )
         node = RayNode(node_id, actor)
@@ -138,6 +141,7 @@ def start_fleet(
     allow_private: bool,
     max_depth: int | None,
     max_pages: int | None,
+    revisits: Revisits | None = None,
 ) -> Fleet:
     """The shared state and the planned nodes, started (also used by bench/distributed)."""
     ensure_ray()
@@ -170,6 +174,7 @@ def start_fleet(
         max_pages,
         exchange=exchange,
         shards=shards,
+        revisits=revisits,
     )
     resources = ray.cluster_resources()
     # Each actor gets its node type's size, scaled down when the plan holds more nodes than
@@ -215,9 +220,18 @@ def launch_nodes(
     allow_private: bool,
     max_depth: int | None,
     max_pages: int | None,
+    revisits: Revisits | None = None,
 ) -> Fleet:
     return start_fleet(
-        crawl_id, out_dir, config, specs, scope_hosts, allow_private, max_depth, max_pages
+        crawl_id,
+        out_dir,
+        config,
+        specs,
+        scope_hosts,
+        allow_private,
+        max_depth,
+        max_pages,
+        revisits,
     )
 
 
