@@ -62,7 +62,7 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     match = re.search(r"Starting temporary Prefect server on http://127\.0\.0\.1:(\d+)/api",
                       done.stderr)
     assert match, done.stderr[-2000:]
-    assert "HTML pages stored" in done.stdout
+    assert any("pages" in path.parts for path in (tmp_path / "out").rglob("*.parquet"))
     # The server stops by itself once the command has exited, keeping what it recorded.
     port = int(match.group(1))
     deadline = time.monotonic() + 60
@@ -73,4 +73,4 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
         flow_runs = con.execute("SELECT state_type FROM flow_run").fetchall()
         task_runs = con.execute("SELECT name FROM task_run").fetchall()
     assert flow_runs == [("COMPLETED",)]
-    assert {name.rsplit("-", 1)[0] for (name,) in task_runs} == TASKS
+    assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
