@@ -25,6 +25,7 @@ from crawlflow.demo import coverage
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.sim import requested_again
 
 SETTINGS = {
     "heartbeat_s": 0.05,
@@ -58,6 +59,7 @@ class Mortal:
         self.node = node
         self.node_id = node.node_id
         self.dead = False
+        self.uncommitted: list[str] = []  # URLs of the fetches rows the crash lost
 
     def crash(self) -> None:
         node = self.node
@@ -68,6 +70,7 @@ class Mortal:
         for thread in node._workers:
             thread.join()
         node._link.stop()
+        self.uncommitted = [row["url"] for row in node._output._rows["fetches"]]
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.node, name)
@@ -206,6 +209,10 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
     hosts = web.servers
     nodes, _, report = in_process_crawl(web, tmp_path, [hosts[0::2], hosts[1::2]], kill_after=40)
     assert nodes[1].dead
+    # Asked again at the server: only URLs of the dead node's last, uncommitted batch.
+    again = requested_again(web.request_log())
+    print(f"re-requested after the crash: {len(again)}, uncommitted: {len(nodes[1].uncommitted)}")
+    assert {f"http://{host}{path}" for host, path in again} <= set(nodes[1].uncommitted)
     assert report["nodes_lost"] == 1
     assert_exactly_once(web, tmp_path / "c")
     lost = {row["node_id"]: row["lost"] for row in report["nodes"]}
@@ -235,11 +242,15 @@ def slow_web():
         yield sim
 
 
+BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked again
+
+
 def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     slow_web, ray_session, prefect_api, tmp_path
 ):
     from flows.crawl import crawl
 
+    slow_web.request_log(clear=True)
     crawl_dir = tmp_path / "killed"
     killed = threading.Event()
 
@@ -264,11 +275,16 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
             nodes=2,
             out_dir=str(tmp_path),
             crawl_id="killed",
-            config={"write_interval_s": 0.2, "heartbeat_s": 0.1},
+            config={"write_interval_s": 0.2, "heartbeat_s": 0.1, "write_batch_rows": BATCH_ROWS},
         )
     finally:
         crawl_over.set()
     assert killed.is_set(), "the crawl ended before node-1 had written 5 batches"
+    # Asked again at the server: at most the dead node's last batch (fewer than BATCH_ROWS
+    # rows are ever buffered) and its requests in flight (one per server it owned).
+    again = requested_again(slow_web.request_log())
+    print(f"re-requested after the kill: {len(again)}")
+    assert len(again) <= BATCH_ROWS + len(slow_web.servers)
     assert summary["nodes"]["nodes_lost"] == 1
     assert summary["duplicate_pages"] == 0
     assert_exactly_once(slow_web, crawl_dir)
