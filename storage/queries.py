@@ -24,7 +24,8 @@ SELECT
                                     AND fetch_status <> 503)               AS status_5xx,
     (SELECT count(*) FROM fetches WHERE error LIKE 'robots_disallowed%')   AS robots_denied,
     (SELECT count(*) FROM fetches WHERE fetch_status IS NULL
-                                    AND error NOT LIKE 'robots_disallowed%') AS network_errors,
+                                    AND error NOT LIKE 'robots_disallowed%'
+                                    AND error NOT LIKE 'skipped%')         AS network_errors,
     (SELECT count(*) FROM fetches WHERE error LIKE 'trap%')                AS trap_refusals,
     (SELECT count(*) FROM fetches WHERE error LIKE 'skipped: pattern_errors%') AS family_skipped,
     -- URLs whose last row says the deadline left them: a resumed run fetches them.

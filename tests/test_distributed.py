@@ -316,6 +316,20 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     (added,) = [row for row in nodes["nodes"] if row["kind"] == "added"]
     assert not added["lost"]
     assert nodes["added_node_s"] > 0
+    # The time budget is also the deadline: the crawl stopped there, with URLs left, and the
+    # flow run again with the same crawl id (and a longer budget) fetches exactly those.
+    assert nodes["left_at_deadline"] > 0
+    assert summary["left_at_deadline"] > 0
+    resumed = crawl(
+        seeds=[slow_web.hub_url],
+        allow=slow_web.servers,
+        allow_private=True,
+        nodes=1,
+        out_dir=str(tmp_path),
+        crawl_id="surcharged",
+        config={"heartbeat_s": 0.1},
+    )
+    assert resumed["left_at_deadline"] == 0 and resumed["nodes"]["left_at_deadline"] is None
     assert_exactly_once(slow_web, tmp_path / "surcharged")
 
 
