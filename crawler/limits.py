@@ -127,6 +127,19 @@ class UrlLimits:
             counts.patterns[pattern] += 1
         return None
 
+    def wants_shape(self, url: str) -> bool:
+        """Whether the content shape of `url`'s page counts: once its pattern has used half
+        its base budget (a pattern that never gets there needs no credit, and most patterns
+        of a site with named pages hold one URL), so most pages are not hashed at all."""
+        parts = urlsplit(url)
+        with self._lock:
+            counts = self._servers.get(parts.netloc)
+            return (
+                counts is not None
+                and 2 * counts.patterns[path_pattern(parts.path, parts.query)]
+                >= self._config.trap_max_urls_per_pattern
+            )
+
     def observe(self, url: str, shape: int) -> None:
         """A page of `url` was fetched with this content shape: a shape new to its pattern
         (past the first) earns the pattern one more URL."""

@@ -647,7 +647,7 @@ class CrawlerNode:
             )
             if self._limits.outcome(task.url, failed or (result.error or "").startswith("gave_up")):
                 self._skip_family(server, url_family(task.url))
-        if result.status is not None:
+        if result.status is not None and self._limits.wants_shape(task.url):
             self._limits.observe(task.url, content_shape(result.body))
         if retry_in is not None:
             self._record_fetch(result, task)

@@ -56,7 +56,9 @@ _HAS_DIGIT = re.compile(r"[^/]*\d[^/]*")
 # path parameters (session ids) in its links.
 _VOLATILE = re.compile(rb"[?;][^\"'\s<>]*")
 _DIGITS = b"0123456789"
-SHAPE_BYTES = 65536  # of a body that its shape is taken from: bounded work per page
+# Of a body, what its shape is taken from: bounded work per page, and past the boilerplate
+# (inline styles and scripts, navigation) that pages of one site share.
+SHAPE_BYTES = 131072
 
 
 class ParamStripper:
