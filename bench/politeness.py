@@ -1,19 +1,32 @@
-"""Politeness benchmark: does the rate control find each server's hidden limit?
+"""Politeness benchmark: is the rate control polite to every kind of server, and fast?
 
-Serves a synthetic web whose hosts hide token-bucket limits of 5-50 requests/s (answered with
-429/503 + Retry-After), crawls it through the real Prefect flow `crawl` on a local Ray (two
-crawler nodes), and measures per host the hidden limit, the achieved rate and the share of
-429/503 answers; overall the coverage against the simulator's ground truth, the ban share and
-the crawl time over the politeness bound. The bound is the shortest time any crawler that
-keeps every limit could take: the largest over hosts of (pages on the host / its limit).
+Two synthetic webs, each crawled through the real Prefect flow `crawl` on a local Ray (two
+crawler nodes):
+
+- Rate-limited: hosts hide token-bucket limits of 5-50 requests/s (answered with 429/503 +
+  Retry-After). Per host: the hidden limit, the achieved rate, the share of 429/503 answers;
+  overall the coverage against the simulator's ground truth, the ban share and the crawl time
+  over the politeness bound, the shortest time any crawler that keeps every limit could take:
+  the largest over hosts of (pages on the host / its limit).
+- Degrading: hosts that never say no but slow down under load (websim/queueing.py: one request
+  at a time at a capacity of 4-30/s, M/M/1 response time at the arrival rate they see). Per
+  host: the unloaded RTT (ground truth), the page RTT during the crawl (median and p95, as the
+  crawler measured it), the achieved rate, and the rates at which the host's median RTT
+  reaches 1.5x and 2x the unloaded one (ground truth). Overall: the crawl time against a crawl
+  held at each host's 1.5x rate (the largest over hosts of pages / that rate).
 
     .venv/bin/python -m bench.politeness [--quick] [--json PATH] [--modes adaptive fixed pid]
+        [--webs rate-limited degrading]
 
-Goals: coverage 100%, at most 1% of answers 429/503, crawl time (first request to last) at
-most 1.25x the bound. For reference, stock Scrapy AutoThrottle drew 72% 429/503 on such hosts,
-and a fixed polite delay drew none but took 5x the bound. `--modes` also runs the fixed-delay
-and PID controllers, told the lowest limit (5/s) as a careful operator would be.
-Writes `host_rates.png` (achieved rate per host against its hidden limit) next to the JSON,
+Goals. Rate-limited: coverage 100%, at most 1% of answers 429/503, crawl time (first request
+to last) at most 1.10x the bound. Degrading: on every host the median RTT during the crawl at
+most 1.5x the unloaded RTT, and the crawl at least 80% as fast as one held at the 1.5x rates.
+For reference, stock Scrapy AutoThrottle drew 72% 429/503 on the rate-limited hosts, and a
+fixed polite delay drew none but took 5x the bound. `--modes` also runs the fixed-delay and PID
+controllers, told the lowest limit (5/s) as a careful operator would be, and `back-to-back`
+(no delay: what a crawler without a delay signal does to a server that never says no).
+Writes `host_rates.png` (achieved rate per rate-limited host against its hidden limit) and
+`degrading.png` (RTT and rate per degrading host against the ground truth) next to the JSON,
 or into bench/results/politeness/.
 """
 
@@ -24,6 +37,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -37,6 +51,7 @@ from crawlflow.demo import coverage
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.queueing import ArrivalRate
 
 NODES = 2
 
@@ -51,6 +66,22 @@ WEBS = {
     "full": WebSpec(hosts=12, pages=4000, seed=1, **_COMMON),
     "quick": WebSpec(hosts=6, pages=1000, seed=8, **_COMMON),
 }
+# Degrading webs, picked (by seed) for hosts that each take 25-45 s (full) at their 1.5x rate.
+# Network latency of 2-10 ms under service times of 33-250 ms: the server's own work is most of
+# a response, as on dynamic pages, and one connection can reach every host's 1.5x rate (there
+# it is busy about half the time). Response times spread lognormal with sigma 0.25 around the
+# model's median.
+_DEGRADING = {
+    "latency_ms": (2.0, 10.0),
+    "latency_sigma": 0.25,
+    "rate_limit_rps": None,
+    "capacity_rps": (4.0, 30.0),
+    "crawl_delay_share": 0.0,
+}
+DEGRADING_WEBS = {
+    "full": WebSpec(hosts=6, pages=1200, seed=10, **_DEGRADING),
+    "quick": WebSpec(hosts=4, pages=500, seed=5, **_DEGRADING),
+}
 
 # Rate-control settings per mode. "fixed" and "pid" have to be told a rate: a careful operator
 # who does not know the limits picks the lowest one anyone would impose, 5 requests/s.
@@ -64,9 +95,16 @@ MODES: dict[str, dict[str, Any]] = {
         "initial_delay_s": 1.0 / POLITE_RPS,
         "window_s": 5.0,
     },
+    "back-to-back": {"mode": "fixed", "fixed_delay_s": 0.0},
 }
 
-GOALS = {"coverage": 1.0, "ban_share": 0.01, "time_over_bound": 1.25}
+GOALS = {
+    "coverage": 1.0,
+    "ban_share": 0.01,
+    "time_over_bound": 1.10,
+    "rtt_over_unloaded": 1.5,
+    "speed_vs_held_at_1.5x": 0.8,
+}
 
 # Per host: answers (HTTP responses to page requests; robots.txt is exempt from the limits),
 # 429/503 among them, and the time from its first to its last page request.
@@ -77,6 +115,17 @@ SELECT url_host_name AS host,
        epoch(max(fetch_time) - min(fetch_time)) AS span_s
 FROM fetches
 WHERE fetch_status IS NOT NULL AND url_path <> '/robots.txt'
+GROUP BY url_host_name
+"""
+# Per degrading host: page answers, their RTT as the crawler measured it, and the busy span.
+DEGRADING_SQL = """
+SELECT url_host_name AS host,
+       count(*) AS answers,
+       quantile_cont(rtt_ms, 0.5) AS median_ms,
+       quantile_cont(rtt_ms, 0.95) AS p95_ms,
+       epoch(max(fetch_time) - min(fetch_time)) AS span_s
+FROM fetches
+WHERE fetch_status IS NOT NULL AND url_path <> '/robots.txt' AND rtt_ms IS NOT NULL
 GROUP BY url_host_name
 """
 TOTALS_SQL = """
@@ -106,7 +155,37 @@ def host_truth(sim: WebSim, expected: set[str]) -> list[HostTruth]:
     return truth
 
 
-def run_crawl(sim: WebSim, mode: str, out_dir: Path) -> tuple[Path, float]:
+@dataclass(frozen=True)
+class DegradingTruth:
+    host: str  # host:port, as url_host_name
+    pages: int  # reachable allowed URLs
+    capacity_rps: float
+    unloaded_ms: float  # median response time at no load
+    rate_1_5x: float  # requests/s at which the median response time is 1.5x unloaded
+    rate_2x: float  # ... and 2x
+
+
+def degrading_truth(sim: WebSim, expected: set[str]) -> list[DegradingTruth]:
+    pages = Counter(host_key(url) for url in expected)
+    truth = []
+    for profile in sim.web.hosts:
+        model = profile.queueing()
+        assert model is not None  # every host of a degrading web degrades
+        host = f"{profile.address}:{sim.port}"
+        truth.append(
+            DegradingTruth(
+                host,
+                pages[host],
+                model.capacity_rps,
+                1000.0 * model.unloaded_rtt_s,
+                model.rate_at_inflation(1.5),
+                model.rate_at_inflation(2.0),
+            )
+        )
+    return truth
+
+
+def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, float]:
     """The real flow on local Ray; returns the crawl directory and the flow's wall time."""
     # A quiet flow log; set before Prefect is first imported.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -119,7 +198,7 @@ def run_crawl(sim: WebSim, mode: str, out_dir: Path) -> tuple[Path, float]:
         allow_private=True,  # the synthetic web lives on loopback
         nodes=NODES,
         out_dir=str(out_dir),
-        crawl_id=f"politeness-{mode}",
+        crawl_id=f"politeness-{web}-{mode}",
         config={"rate_control": MODES[mode]},
     )
     return Path(summary["out_dir"]), time.monotonic() - started
@@ -165,6 +244,166 @@ def measure(
     }
 
 
+def server_side_rtt_ms(sim: WebSim, log: list[dict[str, Any]]) -> dict[str, float]:
+    """Per host, the median of the response times the server chose for the crawl's page
+    requests: its model's median at the arrival rate each request met, replayed from websim's
+    request log. Unlike the RTT the crawler measures, it leaves out the crawler's own delays
+    (on a loaded 2-core machine, tens of ms)."""
+    models = {f"{p.address}:{sim.port}": p.queueing() for p in sim.web.hosts}
+    arrivals = {host: ArrivalRate() for host in models}
+    chosen: dict[str, list[float]] = {host: [] for host in models}
+    for entry in sorted(log, key=lambda e: e["time"]):
+        model = models.get(entry["host"])
+        if model is None:
+            continue
+        rtt = model.median_rtt_s(arrivals[entry["host"]].arrive(entry["time"]))
+        if entry["path"] != "/robots.txt":
+            chosen[entry["host"]].append(1000.0 * rtt)
+    return {host: statistics.median(values) for host, values in chosen.items() if values}
+
+
+def measure_degrading(
+    crawl_dir: Path,
+    truth: list[DegradingTruth],
+    expected: set[str],
+    wall_s: float,
+    server_ms: dict[str, float],
+) -> dict[str, Any]:
+    con = connect(crawl_dir)
+    per_host = {row[0]: row[1:] for row in con.execute(DEGRADING_SQL).fetchall()}
+    answers, bans, crawl_s = con.execute(TOTALS_SQL).fetchone()
+    held_s = max(t.pages / t.rate_1_5x for t in truth)
+    hosts = []
+    for t in truth:
+        count, median_ms, p95_ms, span_s = per_host.get(t.host, (0, None, None, 0.0))
+        achieved = count / span_s if span_s else None
+        at_server = server_ms.get(t.host)
+        hosts.append(
+            {
+                "host": t.host,
+                "pages": t.pages,
+                "capacity_rps": round(t.capacity_rps, 2),
+                "unloaded_ms": round(t.unloaded_ms, 1),
+                "median_ms": None if median_ms is None else round(median_ms, 1),
+                "p95_ms": None if p95_ms is None else round(p95_ms, 1),
+                "median_over_unloaded": None
+                if median_ms is None
+                else round(median_ms / t.unloaded_ms, 3),
+                "server_median_ms": None if at_server is None else round(at_server, 1),
+                "server_median_over_unloaded": None
+                if at_server is None
+                else round(at_server / t.unloaded_ms, 3),
+                "achieved_rps": None if achieved is None else round(achieved, 2),
+                "rate_1_5x_rps": round(t.rate_1_5x, 2),
+                "rate_2x_rps": round(t.rate_2x, 2),
+                "achieved_over_1_5x": None
+                if achieved is None
+                else round(achieved / t.rate_1_5x, 3),
+            }
+        )
+    cov = coverage(crawl_dir, expected)
+    ratios = [h["median_over_unloaded"] for h in hosts if h["median_over_unloaded"] is not None]
+    at_server = [
+        h["server_median_over_unloaded"]
+        for h in hosts
+        if h["server_median_over_unloaded"] is not None
+    ]
+    return {
+        "coverage": round(cov["coverage"], 4),
+        "ban_share": round(bans / answers, 4) if answers else 0.0,
+        "worst_median_over_unloaded": max(ratios) if ratios else None,
+        "worst_server_median_over_unloaded": max(at_server) if at_server else None,
+        "speed_vs_held_at_1.5x": round(held_s / crawl_s, 3) if crawl_s else None,
+        "crawl_s": round(crawl_s, 1),
+        "held_at_1_5x_s": round(held_s, 1),
+        "flow_wall_s": round(wall_s, 1),
+        "hosts": hosts,
+    }
+
+
+def print_degrading(mode: str, result: dict[str, Any]) -> None:
+    print(f"\nmode {mode} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes")
+    print(
+        f"{'host':<22} {'pages':>5} {'unloaded':>8} {'median':>7} {'p95':>7} {'med/unl':>7} "
+        f"{'server med/unl':>14} {'achieved/s':>10} {'1.5x at/s':>9} {'2x at/s':>8} "
+        f"{'ach/1.5x':>8}"
+    )
+    for h in result["hosts"]:
+
+        def cell(value: Any, spec: str) -> str:
+            return "-" if value is None else format(value, spec)
+
+        print(
+            f"{h['host']:<22} {h['pages']:>5} {h['unloaded_ms']:>6.1f}ms "
+            f"{cell(h['median_ms'], '>5.1f')}ms {cell(h['p95_ms'], '>5.1f')}ms "
+            f"{cell(h['median_over_unloaded'], '>7.2f')} "
+            f"{cell(h['server_median_over_unloaded'], '>14.2f')} "
+            f"{cell(h['achieved_rps'], '>10.2f')} "
+            f"{h['rate_1_5x_rps']:>9.2f} {h['rate_2x_rps']:>8.2f} "
+            f"{cell(h['achieved_over_1_5x'], '>8.2f')}"
+        )
+    worst = result["worst_median_over_unloaded"]
+    worst_server = result["worst_server_median_over_unloaded"]
+    speed = result["speed_vs_held_at_1.5x"]
+    rtt_ok = worst is not None and worst <= GOALS["rtt_over_unloaded"]
+    server_ok = worst_server is not None and worst_server <= GOALS["rtt_over_unloaded"]
+    speed_ok = speed is not None and speed >= GOALS["speed_vs_held_at_1.5x"]
+    print(
+        f"worst median RTT / unloaded: as the crawler measured it {worst} "
+        f"[{'ok' if rtt_ok else 'MISSED'}], at the server {worst_server} "
+        f"[{'ok' if server_ok else 'MISSED'}]  "
+        f"crawl {result['crawl_s']}s, held at the 1.5x rates {result['held_at_1_5x_s']}s: "
+        f"{speed} as fast [{'ok' if speed_ok else 'MISSED'}]  coverage "
+        f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%"
+    )
+
+
+def plot_degrading(result: dict[str, Any], path: Path, mode: str) -> Path:
+    """Two panels per host: RTT during the crawl over the unloaded RTT (median, p95) against
+    the 1.5x goal; achieved rate against the rates where the RTT reaches 1.5x and 2x."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt
+
+    hosts = result["hosts"]
+    x = list(range(len(hosts)))
+    labels = [h["host"].split(":")[0] for h in hosts]
+    fig, (rtt_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+    median = [h["median_over_unloaded"] or 0.0 for h in hosts]
+    p95 = [(h["p95_ms"] or 0.0) / h["unloaded_ms"] for h in hosts]
+    server = [h["server_median_over_unloaded"] or 0.0 for h in hosts]
+    rtt_ax.bar([i - 0.27 for i in x], server, 0.27, label="median at the server")
+    rtt_ax.bar(x, median, 0.27, label="median, crawler-measured")
+    rtt_ax.bar([i + 0.27 for i in x], p95, 0.27, label="p95, crawler-measured", alpha=0.6)
+    rtt_ax.axhline(1.5, color="tab:red", ls=":", label="goal: median 1.5x")
+    rtt_ax.set_ylabel("RTT during the crawl / unloaded RTT")
+    rtt_ax.set_title(f"{mode}: response time under the crawl")
+    rate_ax.bar(x, [h["achieved_rps"] or 0.0 for h in hosts], 0.5, label="achieved")
+    rate_ax.plot(
+        x,
+        [h["rate_1_5x_rps"] for h in hosts],
+        "_",
+        ms=30,
+        mew=2,
+        color="tab:green",
+        label="RTT 1.5x at",
+    )
+    rate_ax.plot(
+        x, [h["rate_2x_rps"] for h in hosts], "_", ms=30, mew=2, color="tab:red", label="RTT 2x at"
+    )
+    rate_ax.set_ylabel("requests/s")
+    rate_ax.set_title("rate per host (ground truth from websim)")
+    for ax in (rtt_ax, rate_ax):
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def print_result(mode: str, result: dict[str, Any]) -> None:
     print(f"\nmode {mode}: Prefect flow `crawl`, local Ray, {NODES} nodes")
     print(
@@ -194,60 +433,112 @@ def print_result(mode: str, result: dict[str, Any]) -> None:
     )
 
 
+def run_rate_limited(
+    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with WebSim(spec) as sim:
+        expected = sim.reachable_allowed_urls()
+        truth = host_truth(sim, expected)
+        # Share of a host's one connection that its limit keeps busy (mean latency x L);
+        # near 1 or above, no controller could reach the limit.
+        duty = max(
+            t.limit_rps * t.latency_ms / 1000 * math.exp(spec.latency_sigma**2 / 2) for t in truth
+        )
+        print(
+            f"rate-limited websim: {spec.hosts} hosts, {len(expected)} reachable allowed pages, "
+            f"limits {min(t.limit_rps for t in truth):.1f}-{max(t.limit_rps for t in truth):.1f}"
+            f"/s, latency medians {spec.latency_ms[0]:g}-{spec.latency_ms[1]:g} ms; every limit "
+            f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit)"
+        )
+        for mode in modes:
+            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "limited")
+            results[mode] = measure(crawl_dir, truth, expected, wall_s)
+            print_result(mode, results[mode])
+            suffix = "" if mode == modes[0] else f"_{mode}"
+            png = plot_host_rates(
+                connect(crawl_dir),
+                plots_dir / f"host_rates{suffix}.png",
+                limits={t.host: t.limit_rps for t in truth},
+            )
+            print(f"plot: {png}")
+    if len(results) > 1:
+        print(f"\n{'mode':<13} {'coverage':>9} {'429/503':>8} {'crawl s':>8} {'/bound':>7}")
+        for mode, r in results.items():
+            print(
+                f"{mode:<13} {100 * r['coverage']:>8.2f}% {100 * r['ban_share']:>7.2f}% "
+                f"{r['crawl_s']:>8.1f} {r['time_over_bound']:>7.2f}"
+            )
+    return results
+
+
+def run_degrading(
+    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with WebSim(spec) as sim:
+        expected = sim.reachable_allowed_urls()
+        truth = degrading_truth(sim, expected)
+        print(
+            f"\ndegrading websim: {spec.hosts} hosts, {len(expected)} reachable allowed pages, "
+            f"capacities {min(t.capacity_rps for t in truth):.1f}-"
+            f"{max(t.capacity_rps for t in truth):.1f}/s, unloaded RTT "
+            f"{min(t.unloaded_ms for t in truth):.0f}-{max(t.unloaded_ms for t in truth):.0f} ms"
+        )
+        for mode in modes:
+            sim.request_log(clear=True)
+            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "degrading")
+            server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
+            results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s, server_ms)
+            print_degrading(mode, results[mode])
+            suffix = "" if mode == modes[0] else f"_{mode}"
+            png = plot_degrading(results[mode], plots_dir / f"degrading{suffix}.png", mode)
+            print(f"plot: {png}")
+    if len(results) > 1:
+        print(
+            f"\n{'mode':<13} {'worst median/unloaded':>21} {'at the server':>13} "
+            f"{'speed vs 1.5x':>13}"
+        )
+        for mode, r in results.items():
+            print(
+                f"{mode:<13} {r['worst_median_over_unloaded']:>21} "
+                f"{r['worst_server_median_over_unloaded']:>13} {r['speed_vs_held_at_1.5x']:>13}"
+            )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller web (about 20 s bound)")
+    parser.add_argument("--quick", action="store_true", help="smaller webs")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["adaptive"])
+    parser.add_argument(
+        "--webs",
+        nargs="+",
+        choices=["rate-limited", "degrading"],
+        default=["rate-limited", "degrading"],
+    )
     parser.add_argument("--keep", type=Path, help="keep the crawl output here")
     args = parser.parse_args()
     plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
     plots_dir.mkdir(parents=True, exist_ok=True)
-    spec = WEBS["quick" if args.quick else "full"]
+    size = "quick" if args.quick else "full"
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="politeness-"))
-    results: dict[str, Any] = {}
+    document: dict[str, Any] = {"runner": "prefect flow, local ray", "mode": args.modes[0]}
     try:
-        with WebSim(spec) as sim:
-            expected = sim.reachable_allowed_urls()
-            truth = host_truth(sim, expected)
-            # Share of a host's one connection that its limit keeps busy (mean latency x L);
-            # near 1 or above, no controller could reach the limit.
-            duty = max(
-                t.limit_rps * t.latency_ms / 1000 * math.exp(spec.latency_sigma**2 / 2)
-                for t in truth
+        if "rate-limited" in args.webs:
+            limited = run_rate_limited(WEBS[size], args.modes, out_dir, plots_dir)
+            document.update(limited[args.modes[0]])
+            if len(args.modes) > 1:
+                document["modes"] = limited
+        if "degrading" in args.webs:
+            document["degrading"] = run_degrading(
+                DEGRADING_WEBS[size], args.modes, out_dir, plots_dir
             )
-            print(
-                f"websim: {spec.hosts} hosts, {len(expected)} reachable allowed pages, limits "
-                f"{min(t.limit_rps for t in truth):.1f}-{max(t.limit_rps for t in truth):.1f}/s, "
-                f"latency medians {spec.latency_ms[0]:g}-{spec.latency_ms[1]:g} ms; every limit "
-                f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit)"
-            )
-            for mode in args.modes:
-                crawl_dir, wall_s = run_crawl(sim, mode, out_dir)
-                results[mode] = measure(crawl_dir, truth, expected, wall_s)
-                print_result(mode, results[mode])
-                suffix = "" if mode == args.modes[0] else f"_{mode}"
-                png = plot_host_rates(
-                    connect(crawl_dir),
-                    plots_dir / f"host_rates{suffix}.png",
-                    limits={t.host: t.limit_rps for t in truth},
-                )
-                print(f"plot: {png}")
     finally:
         if args.keep is None:
             shutil.rmtree(out_dir, ignore_errors=True)
-    if len(results) > 1:
-        print(f"\n{'mode':<10} {'coverage':>9} {'429/503':>8} {'crawl s':>8} {'/bound':>7}")
-        for mode, r in results.items():
-            print(
-                f"{mode:<10} {100 * r['coverage']:>8.2f}% {100 * r['ban_share']:>7.2f}% "
-                f"{r['crawl_s']:>8.1f} {r['time_over_bound']:>7.2f}"
-            )
     if args.json:
-        first = results[args.modes[0]]
-        document = {**first, "mode": args.modes[0], "runner": "prefect flow, local ray"}
-        if len(args.modes) > 1:
-            document["modes"] = results
         args.json.write_text(json.dumps(document, indent=2) + "\n")
         print(f"json: {args.json}")
 

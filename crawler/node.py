@@ -26,7 +26,7 @@ from crawler.limits import DEADLINE, FAMILY_ERRORS, UrlLimits, counts_of
 from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
-from crawler.ratecontrol import make_host_controller, make_retry_policy
+from crawler.ratecontrol import make_host_controller, make_in_flight_limit, make_retry_policy
 from crawler.traps import ParamStripper, content_shape, url_family
 from crawler.urls import Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
@@ -64,6 +64,10 @@ class CrawlerNode:
         self.max_depth = max_depth
         self._rate_config = config.rate_control_config()
         self._retry = make_retry_policy(self._rate_config, random.Random(node_id))
+        # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
+        self._in_flight = make_in_flight_limit(
+            self._rate_config, config.max_connections, time.monotonic()
+        )
         self._guard = AddressGuard(allow_private)
         self._frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
         self._quality = make_quality_model(config.policy, config.quality_file)
@@ -580,7 +584,9 @@ class CrawlerNode:
     def _load_robots(self, server: Server, session: ServerSession) -> bool:
         """Fetch the server's robots.txt; False while its rules are unknown."""
         robots_url = f"{server.scheme}://{server.host}/robots.txt"
+        self._take_slot()
         result = session.get(robots_url)
+        self._free_slot(result)
         with self._lock:
             server.stats.on_response(result.status, result.rtt_s, result.headers)
         self._record_fetch(result, UrlTask(robots_url, depth=0))
@@ -620,12 +626,30 @@ class CrawlerNode:
             if task.attempt == 1:
                 self._budget += 1
 
+    def _take_slot(self) -> None:
+        """Wait until the node's in-flight limit (mode "rtt") lets one more request go."""
+        if self._in_flight is None:
+            return
+        with self._lock:
+            while not self._in_flight.may_start() and not self._stopping:
+                self._lock.wait(timeout=0.05)
+            self._in_flight.start()
+
+    def _free_slot(self, result: FetchResult) -> None:
+        if self._in_flight is None:
+            return
+        with self._lock:
+            self._in_flight.finish(time.monotonic(), result.rtt_s or 0.0, result.status)
+            self._lock.notify_all()
+
     def _fetch(self, server: Server, session: ServerSession, task: UrlTask) -> bool:
         """Fetch one URL; False when the connection should end (the server pushed back)."""
+        self._take_slot()
         started = time.monotonic()
         with self._lock:
             server.controller.on_request_start(started)
         result = session.get(task.url)
+        self._free_slot(result)
         now = time.monotonic()
         retry_after = parse_retry_after(
             result.headers.get("retry-after"), time.time(), self._rate_config.retry_after_max_s

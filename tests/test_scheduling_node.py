@@ -63,3 +63,56 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
             # the node's mean connection time taken out of each fetch instead, which on a
             # busy machine can leave little.
             assert stats.response_time > 0.0005
+
+
+def _most_in_flight(log: list[dict], service_s: float) -> int:
+    """The most requests a server side saw at once, each taking `service_s` from arrival."""
+    events = sorted(
+        [(e["time"], 1) for e in log] + [(e["time"] + service_s, -1) for e in log],
+        key=lambda event: (event[0], event[1]),  # an answer leaves before the next arrives
+    )
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most
+
+
+@pytest.mark.parametrize(("mode", "bounded"), [("rtt", True), ("fixed", False)])
+def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bounded):
+    # SPEC section 2's MaxRequestCount bounds requests in flight, not only a delay. Every
+    # answer here is slower than RTT_MAX and no band is built, so the cap sits at its floor of
+    # 2 while the node has 8 connections to 8 servers that answer in 100 ms.
+    spec = WebSpec(
+        hosts=8,
+        pages=120,
+        seed=2,
+        rate_limit_rps=None,
+        latency_ms=(100.0, 100.0),
+        latency_sigma=0.0,
+    )
+    settings = {
+        "rtt": {
+            "mode": "rtt",
+            "rtt_min_s": 0.0,
+            "rtt_max_s": 0.001,
+            "rtt_min_cap": 2,
+            "rtt_initial_cap": 2,
+            "rtt_interval_s": 1000.0,  # no band yet: only the absolute thresholds act
+        },
+        "fixed": {"mode": "fixed", "fixed_delay_s": 0.0},
+    }[mode]
+    with WebSim(spec) as sim:
+        hosts = sim.servers
+        config = CrawlConfig(max_connections=8, rate_control=settings)
+        node = CrawlerNode("node-0", mode, str(tmp_path), config, hosts, hosts, True, None)
+        coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+        coordinator.seed(sim.host_urls)
+        coordinator.run(poll_s=0.02)
+        node.close()
+        log = sim.request_log()  # robots.txt answers take the 100 ms as well
+    most = _most_in_flight(log, 0.1)
+    if bounded:
+        assert most <= 2
+    else:
+        assert most > 2  # the same crawl without the limit: the test can fail

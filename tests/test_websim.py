@@ -24,6 +24,7 @@ from w3lib.url import canonicalize_url
 
 from websim import WebSim, WebSpec, build_web
 from websim.pages import Renderer
+from websim.queueing import MAX_UTILIZATION, ArrivalRate, QueueingModel
 from websim.truth import reachable_pages
 
 SMALL = WebSpec(hosts=3, pages=200, seed=1, latency_ms=(0.0, 0.0), rate_limit_rps=None)
@@ -405,3 +406,67 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# -- degrading hosts (websim/queueing.py) -----------------------------------------------------
+
+
+def test_queueing_model_ground_truth():
+    model = QueueingModel(latency_s=0.01, capacity_rps=10.0)
+    assert model.unloaded_rtt_s == pytest.approx(0.11)
+    for factor in (1.5, 2.0, 3.0):
+        rate = model.rate_at_inflation(factor)
+        assert 0 < rate < 10.0
+        assert model.median_rtt_s(rate) == pytest.approx(factor * model.unloaded_rtt_s)
+    assert model.rate_at_inflation(1.5) < model.rate_at_inflation(2.0)
+    # Past the capacity the queue would grow without bound: capped, far past any timeout.
+    assert model.median_rtt_s(50.0) == pytest.approx(0.01 + 0.1 / (1 - MAX_UTILIZATION))
+
+
+def test_arrival_rate_reads_a_steady_stream_and_forgets_a_pause():
+    rate = ArrivalRate(window_s=1.0)
+    assert rate.arrive(0.0) == 0.0  # the first request meets an idle host
+    readings = [rate.arrive(0.1 * i) for i in range(1, 100)]
+    assert readings[-1] == pytest.approx(10.0, rel=1e-3)
+    assert rate.arrive(9.9 + 5.0) < 0.5  # five windows idle
+
+
+def test_degrading_hosts_are_drawn_apart_from_the_rest_of_the_web():
+    plain = build_web(WebSpec(hosts=20, pages=200, seed=4))
+    degrading = build_web(WebSpec(hosts=20, pages=200, seed=4, capacity_rps=(2.0, 20.0)))
+    assert all(h.capacity_rps is None and h.queueing() is None for h in plain.hosts)
+    assert all(2.0 <= h.capacity_rps <= 20.0 for h in degrading.hosts)
+    # Everything else about the web is unchanged.
+    assert [replace(h, capacity_rps=None) for h in degrading.hosts] == plain.hosts
+    assert plain.paths == degrading.paths
+    with pytest.raises(ValueError, match="capacity_rps"):
+        WebSpec(capacity_rps=(5.0, 1.0))
+
+
+def test_a_degrading_host_answers_slower_under_load_and_never_says_no():
+    spec = WebSpec(
+        hosts=1,
+        pages=30,
+        latency_ms=(1.0, 1.0),
+        latency_sigma=0.0,
+        rate_limit_rps=None,
+        capacity_rps=(20.0, 20.0),  # 50 ms of service per request
+    )
+    with WebSim(spec) as sim:
+        model = sim.web.hosts[0].queueing()
+        assert model is not None
+        session = requests.Session()
+        session.get(sim.host_urls[0])  # the connection is open; the host saw one request
+        time.sleep(3.0)  # idle for three windows: unloaded again
+        started = time.monotonic()
+        first = session.get(sim.host_urls[0])
+        unloaded = time.monotonic() - started
+        # Back to back on one connection: the host sees its own answers' pace as load.
+        started = time.monotonic()
+        answers = [session.get(sim.host_urls[0]) for _ in range(20)]
+        loaded = (time.monotonic() - started) / 20
+    assert [a.status_code for a in [first, *answers]] == [200] * 21
+    assert unloaded >= model.unloaded_rtt_s * 0.95
+    # Back to back settles where rate = 1/RTT(rate): at least 1.4x the unloaded RTT here
+    # (m = 1 ms, s = 50 ms: rho = 0.49), however slow the client is.
+    assert loaded >= 1.4 * model.unloaded_rtt_s

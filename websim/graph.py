@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from websim.queueing import QueueingModel
 from websim.spec import WebSpec, host_address
 
 ROBOTS_DISALLOW = "/private/"
@@ -46,6 +47,15 @@ class HostProfile:
     ban_status: int  # 429 or 503, answered when the rate is exceeded
     robots_disallow: str | None  # Disallow prefix in robots.txt; None: robots.txt is a 404
     crawl_delay_s: float | None
+    # Requests/s the host completes when busy; its response time grows with the arrival rate
+    # (websim/queueing.py). None: latency does not depend on load.
+    capacity_rps: float | None = None
+
+    def queueing(self) -> QueueingModel | None:
+        """The host's response time against its arrival rate (ground truth), if it degrades."""
+        if self.capacity_rps is None:
+            return None
+        return QueueingModel(self.latency_ms_median / 1000.0, self.capacity_rps)
 
 
 @dataclass(eq=False)  # numpy fields: compare arrays explicitly
@@ -268,6 +278,12 @@ def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -
     else:
         r_lo, r_hi = np.log(spec.rate_limit_rps[0]), np.log(spec.rate_limit_rps[1])
         rates = np.exp(r_lo + rate_draw * (r_hi - r_lo)).tolist()
+    capacities: list[float | None] = [None] * h
+    if spec.capacity_rps is not None:
+        # A generator of its own: webs without degrading hosts stay exactly as they were.
+        c_lo, c_hi = np.log(spec.capacity_rps[0]), np.log(spec.capacity_rps[1])
+        draw = np.random.default_rng([spec.seed, 17]).random(h)
+        capacities = np.exp(c_lo + draw * (c_hi - c_lo)).tolist()
     return [
         HostProfile(
             address=host_address(i),
@@ -278,6 +294,7 @@ def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -
             ban_status=int(ban[i]),
             robots_disallow=ROBOTS_DISALLOW if robots[i] else None,
             crawl_delay_s=spec.crawl_delay_s if delayed[i] else None,
+            capacity_rps=capacities[i],
         )
         for i in range(h)
     ]

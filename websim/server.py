@@ -4,7 +4,8 @@ Each host listens on its own loopback address, all on one port. A minimal HTTP/1
 written against asyncio.Protocol keeps the per-request cost low so the simulator is not the
 bottleneck of the crawler it measures. Per host it applies what real servers do to crawlers:
 response latency (a timer, so slow hosts never block others), a keep-alive request limit, a
-hidden token-bucket rate limit answered with 429/503 and Retry-After, and robots.txt.
+hidden token-bucket rate limit answered with 429/503 and Retry-After, response times that grow
+with the request rate on degrading hosts (websim/queueing.py), and robots.txt.
 
 The parent talks to the child over a multiprocessing pipe: ("log", clear) returns the request
 log, ("stop",) shuts down. End of file on the pipe means the parent died, and the child exits.
@@ -26,6 +27,7 @@ from multiprocessing.connection import Connection
 from websim import hostile
 from websim.graph import PDF, Web
 from websim.pages import Renderer
+from websim.queueing import ArrivalRate
 
 HUB_PATH = "/hub"
 _MAX_HEAD = 16 * 1024
@@ -98,6 +100,9 @@ class _Host:
         median_s = profile.latency_ms_median / 1000
         self.latency_mu = math.log(median_s) if median_s > 0 else None  # of the lognormal
         self.rate = profile.rate_limit_rps
+        # A degrading host: its median latency follows the arrival rate it sees.
+        self.queueing = profile.queueing()
+        self.arrivals = ArrivalRate()
         self.capacity = max(1.0, (self.rate or 0.0) * web.spec.rate_limit_burst_s)
         self.tokens = self.capacity
         self.stamp = time.monotonic()
@@ -141,6 +146,9 @@ class _Sim:
         return self.next_connection_id - 1
 
     def latency(self, host: _Host) -> float:
+        if host.queueing is not None:
+            median = host.queueing.median_rtt_s(host.arrivals.arrive(time.monotonic()))
+            return self.random.lognormvariate(math.log(median), self.latency_sigma)
         if host.latency_mu is None:
             return 0.0
         return self.random.lognormvariate(host.latency_mu, self.latency_sigma)

@@ -39,6 +39,10 @@ class WebSpec:
     # Hidden per-host token bucket (rate drawn log-uniformly); None disables rate limits.
     rate_limit_rps: tuple[float, float] | None = (5.0, 50.0)
     rate_limit_burst_s: float = 1.0  # bucket capacity, in seconds' worth of tokens
+    # Degrading hosts (websim/queueing.py): each host serves one request at a time at a
+    # capacity drawn log-uniformly from this range (requests/s), so its response time grows with
+    # the rate it is asked at, and it never answers 429/503. None: response times ignore load.
+    capacity_rps: tuple[float, float] | None = None
     # robots.txt: this share of hosts disallows /private/; of those, crawl_delay_share also
     # asks for a Crawl-delay (0 disables it).
     robots_share: float = 0.3
@@ -83,6 +87,8 @@ class WebSpec:
             and not 0 < self.rate_limit_rps[0] <= (self.rate_limit_rps[1])
         ):
             raise ValueError("rate_limit_rps must be (low, high) with 0 < low <= high, or None")
+        if self.capacity_rps is not None and not 0 < self.capacity_rps[0] <= self.capacity_rps[1]:
+            raise ValueError("capacity_rps must be (low, high) with 0 < low <= high, or None")
         shares = (
             self.same_host_link_share,
             self.private_share,
