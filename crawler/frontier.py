@@ -45,6 +45,7 @@ class UrlTask:
     attempt: int = 1
     quality: float = 0.0  # fixed when the URL was discovered (SPEC §3)
     host_depth: int = 0  # links from where the crawl entered the URL's server
+    urgent: bool = False  # goes before its server's round of families (a recrawl's changed URL)
 
 
 class UrlQueue(Protocol):
@@ -189,6 +190,9 @@ class QualityUrls:
         return [-entry[0] for entry in self._head]
 
 
+_URGENT = "!urgent"  # the key of urgent URLs; every real family starts with "/"
+
+
 class FairUrls:
     """A server's queue: round-robin between its URL families (crawler.traps.url_family),
     each family's URLs in the policy's order (best quality first, or first in, first out).
@@ -199,7 +203,8 @@ class FairUrls:
     first again. For ranking the server, the queue reports the qualities of the URLs it will
     really give next: the head of the family whose turn it is (quality-first), or the sum over
     the next `head_size` URLs of the round (crawl-capability, computed when asked after a
-    change, O(head_size)).
+    change, O(head_size)). Urgent URLs (a recrawl's URLs whose sitemap says they changed) go
+    before the round, in the policy's order.
     """
 
     __slots__ = ("_families", "_turns", "_make", "_quality", "_head_size", "_size", "_sum")
@@ -225,32 +230,39 @@ class FairUrls:
         return queue
 
     def push(self, task: UrlTask) -> None:
-        family = url_family(task.url)
+        family = _URGENT if task.urgent else url_family(task.url)
         queue = self._family_queue(family)
-        if not queue:
+        if not queue and family is not _URGENT:
             self._turns.append(family)
         queue.push(task)
         self._size += 1
         self._sum = None
 
     def push_front(self, task: UrlTask) -> None:
-        family = url_family(task.url)
+        family = _URGENT if task.urgent else url_family(task.url)
         queue = self._family_queue(family)
-        if queue:
-            self._turns.remove(family)  # rare (a URL put back): O(families) is fine
-        self._turns.appendleft(family)
+        if family is not _URGENT:
+            if queue:
+                self._turns.remove(family)  # rare (a URL put back): O(families) is fine
+            self._turns.appendleft(family)
         queue.push_front(task)
         self._size += 1
         self._sum = None
 
     def pop(self) -> UrlTask:
-        family = self._turns[0]
-        queue = self._families[family]
+        urgent = self._families.get(_URGENT)
+        if urgent:
+            family, queue = _URGENT, urgent
+        else:
+            family = self._turns[0]
+            queue = self._families[family]
         task = queue.pop()
         if queue:
-            self._turns.rotate(-1)
+            if family is not _URGENT:
+                self._turns.rotate(-1)
         else:
-            self._turns.popleft()
+            if family is not _URGENT:
+                self._turns.popleft()
             del self._families[family]
         self._size -= 1
         self._sum = None
@@ -284,6 +296,9 @@ class FairUrls:
             self._sum = None
 
     def best_quality(self) -> float:
+        urgent = self._families.get(_URGENT)
+        if urgent:
+            return urgent.best_quality()
         return self._families[self._turns[0]].best_quality() if self._turns else 0.0
 
     def top_quality_sum(self) -> float:
@@ -292,7 +307,9 @@ class FairUrls:
         if self._sum is None:
             families = self._families
             heads = [families[family].head_qualities() for family in self._turns]  # type: ignore[union-attr]
-            total, left, depth = 0.0, self._head_size, 0
+            urgent = families[_URGENT].head_qualities() if _URGENT in families else []  # type: ignore[union-attr]
+            total = sum(urgent[: self._head_size])
+            left, depth = self._head_size - min(self._head_size, len(urgent)), 0
             while left and heads:
                 heads = [head for head in heads if depth < len(head)]
                 for head in heads[:left]:

@@ -153,6 +153,14 @@ class UrlLimits:
                     counts.credits[pattern] += 1
                 shapes.add(shape)
 
+    def credit(self, url: str) -> None:
+        """A revisited page answered 304 (unchanged since an earlier crawl fetched it): it
+        earns its pattern one URL, as a page of new content does; it has no body to shape."""
+        parts = urlsplit(url)
+        with self._lock:
+            counts = self._servers.setdefault(parts.netloc, ServerCounts())
+            counts.credits[path_pattern(parts.path, parts.query)] += 1
+
     def outcome(self, url: str, failed: bool) -> bool:
         """A fetch of `url` ended (finally: no retry to come), failed or not. True when this
         failure closes its URL family: the node then skips the family's queued URLs."""

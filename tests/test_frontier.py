@@ -314,3 +314,14 @@ def test_the_fair_queue_ranks_its_server_by_what_it_gives_next():
     assert queue.best_quality() == 0.9
     assert [queue.pop().url for _ in range(3)] == ["http://a/x/1", "http://a/y", "http://a/x/2"]
     assert len(queue) == 0 and queue.top_quality_sum() == 0.0
+
+
+def test_urgent_urls_go_before_the_round():
+    """A recrawl's URLs that its sitemaps say changed come first, whatever their family."""
+    queue = FairUrls(quality_ordered=True, head_size=2)
+    queue.push(UrlTask("http://a/x/1", 0, quality=0.5))
+    queue.push(UrlTask("http://a/y/1", 0, quality=1.2, urgent=True))
+    queue.push(UrlTask("http://a/y/2", 0, quality=1.4, urgent=True))
+    assert queue.best_quality() == 1.4
+    assert queue.top_quality_sum() == pytest.approx(1.4 + 1.2)
+    assert [queue.pop().url for _ in range(3)] == ["http://a/y/2", "http://a/y/1", "http://a/x/1"]
