@@ -72,6 +72,9 @@ class RayNode:
     def start(self) -> None:
         self._get(self.actor.start.remote())
 
+    def expire(self) -> int:
+        return self._get(self.actor.expire.remote())
+
 
 @dataclass
 class NodeLauncher:
