@@ -60,7 +60,7 @@ SERVED_MAX_IDLE_SHARE = 0.1
 PROOF_SAMPLES = 4
 # The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
 # recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
-RECENT_SAMPLES = 16
+RECENT_SAMPLES = 32
 UNLOADED_HISTORY = 64
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
