@@ -69,6 +69,14 @@ class CrawlConfig(BaseModel):
     metrics_interval_s: float = Field(
         1.0, gt=0, description="control window of the metrics traces, seconds"
     )
+    warc: bool = Field(
+        True, description="archive every HTTP exchange to WARC/1.1 files beside the Parquet"
+    )
+    # Off by default: a sitemap is extra requests on every server (a /sitemap.xml probe where
+    # robots.txt names none), and they count as URLs admitted when a crawl resumes.
+    sitemaps: bool = Field(
+        False, description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml)"
+    )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")
     # Distribution over nodes (SPEC §4; crawler/exchange.py, crawler/dedup.py). Each

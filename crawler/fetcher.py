@@ -57,6 +57,7 @@ class FetchResult:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     rtt_s: float | None = None
+    request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
     @property
     def mime_type(self) -> str | None:
@@ -281,7 +282,8 @@ class ServerSession:
         server's name again; None resolves as usual."""
         self._adapter.pinned_address = address
 
-    def get(self, url: str) -> FetchResult:
+    def get(self, url: str, headers: dict[str, str] | None = None) -> FetchResult:
+        """GET `url`; `headers`: added to the request (a conditional GET's validators)."""
         config = self._config
         started = time.monotonic()
         result = FetchResult(url=url)
@@ -290,12 +292,14 @@ class ServerSession:
         try:
             response = self._session.get(
                 url,
+                headers=headers,
                 stream=True,
                 allow_redirects=False,
                 timeout=(config.connect_timeout_s, config.read_timeout_s),
             )
             result.status = response.status_code
             result.headers = {k.lower(): v for k, v in response.headers.items()}
+            result.request_headers = dict(response.request.headers)
             result.rtt_s = time.monotonic() - started
             self._read_body(response, result)
         except requests.RequestException as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from crawler.addresses import AddressGuard, AddressRefused
+from crawler.archive import exchange_of
 from crawler.config import CrawlConfig
 from crawler.exchange import HostState, PeerLink
 from crawler.fetcher import FetchResult, ServerSession
@@ -27,8 +28,11 @@ from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller, make_in_flight_limit, make_retry_policy
+from crawler.recrawl import Revisits
+from crawler.sitemaps import SitemapEntry, read_sitemaps, sitemap_urls
 from crawler.urls import Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
+from storage.warc import WarcBatchWriter
 from storage.writer import CommitGroupWriter, ParquetDatasetWriter
 
 logger = logging.getLogger(__name__)
@@ -53,9 +57,13 @@ class CrawlerNode:
         max_depth: int | None,
         page_budget: int | None = None,
         link: PeerLink | None = None,
+        revisits: Revisits | None = None,
     ) -> None:
         """`link`: the connection to the other nodes through shared state (crawler/exchange.py);
-        without it, URLs for servers other nodes own wait in the outbox for the driver."""
+        without it, URLs for servers other nodes own wait in the outbox for the driver.
+        `revisits`: in a recrawl, what the earlier nights know of each URL (crawler/recrawl.py):
+        the validators of its conditional GET, and its revisit priority, which ranks it in the
+        scheduler where page quality would."""
         self.node_id = node_id
         self.crawl_id = crawl_id
         self.config = config
@@ -70,6 +78,7 @@ class CrawlerNode:
         self._guard = AddressGuard(allow_private)
         self._frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
         self._quality = make_quality_model(config.policy, config.quality_file)
+        self._revisits = revisits
         self._sessions: dict[str, ServerSession] = {}
         self._seen: set[str] = set()
         self._limits = UrlLimits(config)
@@ -98,6 +107,7 @@ class CrawlerNode:
             prefix=node_id,
             batch_rows=config.write_batch_rows,
             interval_s=config.write_interval_s,
+            archive=WarcBatchWriter(crawl_dir) if config.warc else None,
         )
         self._metrics = ParquetDatasetWriter(
             crawl_dir / "metrics",
@@ -121,6 +131,12 @@ class CrawlerNode:
         self._frontier.add_server(server)
         return server
 
+    def _score(self, url: str) -> float:
+        """A URL's rank in the scheduler: its revisit priority in a recrawl, else its quality."""
+        if self._revisits is not None:
+            return self._revisits.priority(url)
+        return self._quality.score(url)
+
     # ---- control interface, called by the driver -------------------------------------------
 
     def add_urls(self, items: Iterable[tuple[str, int]]) -> int:
@@ -139,7 +155,7 @@ class CrawlerNode:
                     elsewhere.append((url, depth))  # its server moved on meanwhile
                     continue
                 self._seen.add(url)
-                task = UrlTask(url, depth, quality=self._quality.score(url))
+                task = UrlTask(url, depth, quality=self._score(url))
                 self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 added += 1
             if added:
@@ -162,7 +178,7 @@ class CrawlerNode:
             for url, depth, attempt in pending:
                 self._seen.add(url)
                 host = host_key(url)
-                task = UrlTask(url, depth, attempt, self._quality.score(url))
+                task = UrlTask(url, depth, attempt, self._score(url))
                 if attempt == 1:
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 else:
@@ -315,7 +331,7 @@ class CrawlerNode:
                 for url, depth in state.inbox:
                     if url not in self._seen:
                         self._seen.add(url)
-                        task = UrlTask(url, depth, quality=self._quality.score(url))
+                        task = UrlTask(url, depth, quality=self._score(url))
                         self._frontier.push(state.host, task, scheme=state.scheme)
             self._ensure_workers()
             self.counters["activity"] += 1
@@ -543,6 +559,8 @@ class CrawlerNode:
             delay = rules.crawl_delay(self.config.user_agent)
             if delay:
                 server.controller.set_floor_delay(delay)
+            if self.config.sitemaps:
+                self._read_sitemaps(server, session)
             return True
         # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
         # after as many tries as a URL gets, the server's URLs are recorded as failed.
@@ -552,6 +570,71 @@ class CrawlerNode:
         else:
             server.paused_until = rules.retry_at or now
         return False
+
+    def _read_sitemaps(self, server: Server, session: ServerSession) -> None:
+        """The server's sitemaps (crawler/sitemaps.py), fetched over its connection at its
+        pace, seed its queue; the last sitemap fetch's row carries the URLs they added."""
+        assert server.robots is not None
+        fetched: list[FetchResult] = []
+
+        def fetch(url: str) -> FetchResult:
+            if not server.robots or not server.robots.allowed(url, self.config.user_agent):
+                return FetchResult(url, error="robots_disallowed")
+            wait = server.controller.earliest_next() - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            result = session.get(url)
+            with self._lock:
+                server.stats.on_response(result.status, result.rtt_s, result.headers)
+            fetched.append(result)
+            return result
+
+        origin = f"{server.scheme}://{server.host}"
+        entries = read_sitemaps(server.host, sitemap_urls(origin, server.robots.sitemaps), fetch)
+        added = self._queue_sitemap_entries(server, entries)
+        for number, result in enumerate(fetched, 1):
+            last = number == len(fetched)
+            self._record_fetch(result, UrlTask(result.url, depth=0), None, added if last else None)
+
+    def _queue_sitemap_entries(
+        self, server: Server, entries: list[SitemapEntry]
+    ) -> list[tuple[str, int]]:
+        """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,
+        put the known URLs whose `lastmod` is newer than their last visit before all others
+        (queued now if the budget had left them out). Returns the URLs added."""
+        added: list[tuple[str, int]] = []
+        raised: set[str] = set()
+        with self._lock:
+            for entry in entries:
+                try:
+                    url = strip_session_ids(canonical_url(entry.url))
+                except ValueError:
+                    continue
+                if host_key(url) != server.host:
+                    continue
+                boost = 0.0
+                if self._revisits is not None and self._revisits.changed_since(url, entry.lastmod):
+                    raised.add(url)
+                    boost = 1.0
+                # A known URL the recrawl did not seed (a page budget left it out) comes in only
+                # when its lastmod says it changed.
+                known = self._revisits is not None and self._revisits.known(url) is not None
+                if url not in self._seen and (boost or not known):
+                    self._seen.add(url)
+                    task = UrlTask(url, 0, quality=self._score(url) + boost)
+                    self._frontier.push(server.host, task, server.scheme)
+                    added.append((url, 0))
+            if raised:
+                # Re-ranked in place: the server is ours (busy) and its count does not change.
+                tasks = server.queue.drain()
+                for task in tasks:
+                    if task.url in raised:
+                        task.quality = self._score(task.url) + 1.0
+                    server.queue.push(task)
+            if added:
+                self.counters["activity"] += 1
+                self._lock.notify_all()
+        return added
 
     def _next_task(self, server: Server) -> UrlTask | None:
         with self._lock:
@@ -590,7 +673,8 @@ class CrawlerNode:
         started = time.monotonic()
         with self._lock:
             server.controller.on_request_start(started)
-        result = session.get(task.url)
+        conditional = self._revisits.conditional_headers(task.url) if self._revisits else None
+        result = session.get(task.url, conditional)
         self._free_slot(result)
         now = time.monotonic()
         retry_after = parse_retry_after(
@@ -694,7 +778,7 @@ class CrawlerNode:
                 host = url.split("/", 3)[2]
                 if host in self._owned:
                     self._seen.add(url)
-                    task = UrlTask(url, depth, quality=self._quality.score(url))
+                    task = UrlTask(url, depth, quality=self._score(url))
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                     if redirects:
                         self._redirects[url] = redirects
@@ -730,24 +814,33 @@ class CrawlerNode:
         discovered: list[tuple[str, int]] | None = None,
     ) -> None:
         """Write one attempt's rows; a fetch, its page and the links found on it always land in
-        the same batch, so a crash never keeps a page while losing its links."""
+        the same batch, so a crash never keeps a page while losing its links. A 304 stands for
+        the earlier capture: its row carries that capture's digest, and the validators it
+        confirmed unless it sent new ones."""
+        fetch_time = datetime.now(UTC)
+        earlier = self._revisits.known(result.url) if self._revisits else None
+        if result.status != 304:
+            earlier = None
         fetch_row = {
             "crawl_id": self.crawl_id,
             "url": result.url,
             "url_host_name": host_key(result.url),
             "url_path": urlsplit(result.url).path,
-            "fetch_time": datetime.now(UTC),
+            "fetch_time": fetch_time,
             "fetch_status": result.status,
             "fetch_redirect": result.headers.get("location"),
             "error": result.error,
             "content_mime_type": result.mime_type,
             "content_charset": result.charset,
             "content_length": len(result.body) if result.status is not None else None,
-            "content_digest": result.digest,
+            "content_digest": earlier.digest if earlier else result.digest,
             "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
             "node_id": self.node_id,
             "depth": task.depth,
             "attempt": task.attempt,
+            "etag": result.headers.get("etag") or (earlier.etag if earlier else None),
+            "last_modified": result.headers.get("last-modified")
+            or (earlier.last_modified if earlier else None),
         }
         discovered_rows = [
             {"crawl_id": self.crawl_id, "url": url, "depth": depth, "node_id": self.node_id}
@@ -758,7 +851,8 @@ class CrawlerNode:
                 "discovered": discovered_rows,
                 "pages": [] if page_row is None else [page_row],
                 "fetches": [fetch_row],
-            }
+            },
+            exchange_of(result, fetch_time, earlier) if self.config.warc else None,
         )
         with self._lock:
             self.counters["fetches"] += 1

@@ -202,6 +202,11 @@ class RobotsRules:
             return True
         return self._parser.can_fetch(url, user_agent)
 
+    @property
+    def sitemaps(self) -> list[str]:
+        """The `Sitemap:` URLs the robots.txt names."""
+        return [] if self._parser is None else list(self._parser.sitemaps)
+
     def crawl_delay(self, user_agent: str) -> float | None:
         """Seconds between requests the host asks for: `Crawl-delay`, or `Request-rate` turned
         into a delay (n requests per m seconds -> m/n), whichever is longer."""

@@ -27,6 +27,7 @@ from crawler.limits import counts_of
 from storage.checkpoint import ADMITTED_SQL
 from storage.checkpoint import _final as is_final  # the resume rule, defined once
 from storage.schema import COMMITTED_DATASETS, DATASETS
+from storage.warc import discard_uncommitted_warc
 
 
 @dataclass
@@ -130,3 +131,4 @@ class OutputRecovery:
                 for path in directory.glob(f"{node_id}-*.parquet"):
                     if not (commit / path.name).exists():
                         path.unlink()
+        discard_uncommitted_warc(self.crawl_dir, prefix=f"{node_id}-")

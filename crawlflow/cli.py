@@ -1,4 +1,4 @@
-"""The `crawlflow` command: crawl, report, sql, plan, websim, demo.
+"""The `crawlflow` command: crawl, report, sql, warc-get, plan, websim, demo.
 
 Every user mistake ends in one line on stderr and exit code 2; Prefect, Ray and the web
 simulator are imported only by the commands that need them, so `sql` and `report` start fast.
@@ -79,8 +79,20 @@ def crawl(
         Path | None,
         typer.Option(help="Page quality per URL (.parquet/.csv: url, quality); else PageRank."),
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Revisit this earlier crawl's URLs (default: the newest earlier crawl of the "
+            "same servers in --out)."
+        ),
+    ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="A full crawl from the seeds: revisit nothing.")
+    ] = False,
 ) -> None:
-    """Crawl from SEEDS through the Prefect flow `crawl` and print a summary."""
+    """Crawl from SEEDS through the Prefect flow `crawl` and print a summary. Incremental by
+    default: the URLs of the newest earlier crawl of the same servers in --out are revisited
+    with conditional GETs, those most likely changed first."""
     from crawler.config import load_config, with_overrides
     from crawler.seeds import resolve_scope
 
@@ -95,6 +107,10 @@ def crawl(
         {"mode": None if rate_control is None else rate_control.value, "target_ppm": target_ppm},
     )
     resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
+    if since is not None and full:
+        raise UserError("--since and --full exclude each other")
+    if since is not None and not (out / since / "fetches").is_dir():
+        raise UserError(f"--since {since}: no crawl output in {out / since}")
     summary = _run_crawl_flow(
         seeds=seeds,
         allow=allow or [],
@@ -105,6 +121,8 @@ def crawl(
         out_dir=str(out),
         crawl_id=crawl_id,
         config=settings.model_dump(),
+        since=since,
+        incremental=not full,
     )
     _print_report(Path(summary["out_dir"]), summary)
 
@@ -159,6 +177,24 @@ def sql(
     Console(stderr=True).print(f"{len(rows)} rows")
 
 
+@app.command("warc-get")
+def warc_get(
+    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    url: Annotated[str, typer.Argument(help="The URL whose newest WARC record to print.")],
+) -> None:
+    """Print the newest WARC record of URL (headers and payload), found through `fetches`."""
+    from storage.views import connect
+    from storage.warc import RecordNotFound, locate_record, read_record
+
+    con = connect(directory)
+    try:
+        path, offset, length = locate_record(con, directory, url)
+    except RecordNotFound as exc:
+        raise UserError(str(exc)) from None
+    sys.stdout.buffer.write(read_record(path, offset, length))
+    sys.stdout.flush()
+
+
 @app.command()
 def plan(
     instance: Annotated[Path, typer.Option("--instance", help="Allocation instance JSON.")],
@@ -208,10 +244,11 @@ def demo(
 def _user_errors() -> tuple[type[BaseException], ...]:
     from allocation.model import InstanceError
     from crawler.config import ConfigError
+    from crawler.recrawl import RecrawlError
     from crawler.seeds import SeedError
     from storage.views import OutputNotFound
 
-    return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError)
+    return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError, RecrawlError)
 
 
 def _crawl_failed() -> type[BaseException]:

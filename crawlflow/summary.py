@@ -8,13 +8,14 @@ from rich.console import Console
 from rich.table import Table
 
 SUMMARY_LABELS = {
-    "pages": "HTML pages stored",
+    "pages": "HTML pages (stored, or confirmed by a 304)",
     "urls_fetched": "URLs fetched",
     "fetches": "HTTP attempts (incl. retries, robots.txt)",
     "duplicate_pages": "duplicate pages",
     "hosts": "servers",
     "status_2xx": "2xx",
     "status_3xx": "3xx",
+    "not_modified": "304 (unchanged since the earlier crawl)",
     "status_4xx": "4xx (not 429)",
     "bans": "429/503 (slow-down answers)",
     "status_5xx": "5xx (not 503)",

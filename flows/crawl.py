@@ -9,11 +9,13 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from crawler.config import config_from_dict
+from crawler.recrawl import start_urls
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes
 from tasks.plan import plan_crawl
+from tasks.recrawl import plan_recrawl
 from tasks.report import report_crawl
 from tasks.resume import read_checkpoint
 
@@ -36,20 +38,35 @@ def crawl(
     out_dir: str = "crawl-out",
     crawl_id: str | None = None,
     config: dict[str, Any] | None = None,
+    since: str | None = None,
+    incremental: bool = True,
 ) -> dict[str, Any]:
     """Crawl from `seeds` within the seed servers plus `allow`, writing Parquet to
     `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
-    run stopped. Returns the crawl summary."""
+    run stopped. Incremental (the default): every URL of the earlier crawl `since` (default:
+    the newest earlier crawl of the same servers in `out_dir`) is revisited with a conditional
+    GET, most likely changed first; `incremental=False` crawls from the seeds alone. Returns
+    the crawl summary."""
     crawl_id = crawl_id or default_crawl_id()
     settings = config_from_dict(config or {})
     scope = plan_crawl(seeds, allow or [], allow_private)
-    checkpoint = read_checkpoint(out_dir, crawl_id, scope.seeds, settings.resume_quiet_s)
+    revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, since, incremental)
+    start = start_urls(scope.seeds, revisits, max_pages, settings.policy)
+    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s)
     specs = allocate_nodes(scope, nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
-        crawl_id, out_dir, settings, specs, scope.hosts, allow_private, max_depth, max_pages
+        crawl_id,
+        out_dir,
+        settings,
+        specs,
+        scope.hosts,
+        allow_private,
+        max_depth,
+        max_pages,
+        revisits,
     )
     try:
-        usage = drive_crawl(fleet, scope.seeds, max_pages, checkpoint)
+        usage = drive_crawl(fleet, start, max_pages, checkpoint)
     finally:
         close_nodes(fleet)
     collect_output(out_dir, crawl_id)

@@ -29,6 +29,14 @@ FETCHES = pa.schema(
         ("node_id", pa.string()),
         ("depth", pa.int32()),
         ("attempt", pa.int32()),  # 1 for the first try of a URL, 2 for its first retry...
+        # Validators the server sent (a 304 that sends none keeps the earlier ones): what the
+        # next night's conditional GET sends back (crawler/recrawl.py).
+        ("etag", pa.string()),
+        ("last_modified", pa.string()),
+        # Where the response (or 304 revisit) record is, as Common Crawl's index says it.
+        ("warc_filename", pa.string()),  # relative to the crawl directory
+        ("warc_record_offset", pa.int64()),
+        ("warc_record_length", pa.int64()),
     ]
 )
 

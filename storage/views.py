@@ -2,6 +2,12 @@
 
 `DIR` may be one crawl's directory (`OUT/<crawl_id>`) or the output root holding many crawls;
 over a root the views span every crawl, so nights can be compared by `crawl_id`.
+
+`pages` answers "what did each URL look like in crawl N" for incremental crawls too: a 304 in
+crawl N stores no page, so the view adds, for each 304 row of `fetches`, the stored page of
+the same URL and content digest (from an earlier night), under crawl N's id and fetch time.
+Over one crawl directory whose `crawl.json` names an earlier crawl, the sibling crawls' pages
+are read for that.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from storage.schema import DATASETS
+from storage.manifest import read_manifest
+from storage.schema import DATASETS, PAGES
 
 
 class OutputNotFound(FileNotFoundError):
@@ -33,17 +40,42 @@ def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     found = False
     for name, schema in DATASETS.items():
+        view = "_pages_stored" if name == "pages" else name
         pattern = _dataset_pattern(directory, name)
         if pattern is not None:
             found = True
             con.execute(
-                f"CREATE VIEW {name} AS "
+                f"CREATE VIEW {view} AS "
                 f"SELECT * FROM read_parquet('{pattern}', union_by_name = true)"
             )
         else:
             # An empty view with the documented columns, so queries still bind.
             con.register(f"_empty_{name}", pa.Table.from_pylist([], schema=schema))
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM _empty_{name}")
     if not found:
         raise OutputNotFound(f"no crawl output (fetches/pages Parquet) under {directory}")
+    _create_pages_view(con, directory)
     return con
+
+
+def _create_pages_view(con: duckdb.DuckDBPyConnection, directory: Path) -> None:
+    """`pages`: the stored pages, plus the earlier page each 304 confirms."""
+    archive = "_pages_stored"
+    manifest = read_manifest(directory)
+    if manifest is not None and manifest.since is not None:
+        earlier = directory.parent / "*" / "pages" / "*.parquet"
+        if next(directory.parent.glob("*/pages/*.parquet"), None) is not None:
+            archive = f"read_parquet('{earlier}', union_by_name = true)"
+    columns = ", ".join(PAGES.names)
+    taken_from_fetch = {"crawl_id", "url", "url_host_name", "fetch_time", "depth", "node_id"}
+    carried = ", ".join(
+        f"f.{name}" if name in taken_from_fetch else f"p.{name}" for name in PAGES.names
+    )
+    con.execute(
+        f"CREATE VIEW pages AS SELECT {columns} FROM _pages_stored "
+        f"UNION ALL SELECT {carried} FROM fetches f JOIN {archive} p "
+        "ON p.url = f.url AND p.content_digest = f.content_digest "
+        "WHERE f.fetch_status = 304 "
+        "QUALIFY row_number() OVER (PARTITION BY f.crawl_id, f.url, f.fetch_time "
+        "ORDER BY p.fetch_time DESC) = 1"
+    )

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.warc import Exchange, WarcBatchWriter, discard_uncommitted_warc
+
 FileName = str
 
 
@@ -83,8 +85,12 @@ class CommitGroupWriter:
         prefix: str,
         batch_rows: int,
         interval_s: float,
+        archive: WarcBatchWriter | None = None,
     ) -> None:
+        """`archive`: WARC output; a batch's WARC file is renamed into place before its
+        Parquet files (storage/warc.py)."""
         self.datasets = datasets
+        self.archive = archive
         self.prefix = prefix
         self.batch_rows = batch_rows
         self.interval_s = interval_s
@@ -96,8 +102,15 @@ class CommitGroupWriter:
             directory.mkdir(parents=True, exist_ok=True)
         self._sequence = next_free_sequence([d for d, _ in datasets.values()], prefix)
 
-    def record(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+    def record(
+        self, rows: dict[str, list[dict[str, Any]]], exchange: Exchange | None = None
+    ) -> None:
+        """`exchange`: archived to WARC in this batch; the last `fetches` row given gets the
+        record's location."""
         with self._lock:
+            if exchange is not None and self.archive is not None:
+                batch = batch_file_name(self.prefix, self._sequence)
+                rows["fetches"][-1].update(self.archive.append(batch, exchange))
             for name, dataset_rows in rows.items():
                 self._rows[name].extend(dataset_rows)
             due = (
@@ -116,6 +129,8 @@ class CommitGroupWriter:
         if not any(self._rows.values()):
             return
         name = batch_file_name(self.prefix, self._sequence)
+        if self.archive is not None:
+            self.archive.commit(name)
         for dataset, (directory, schema) in self.datasets.items():
             rows = self._rows[dataset]
             if rows:
@@ -127,7 +142,8 @@ class CommitGroupWriter:
 
 def discard_uncommitted(datasets: list[Path], commit_dataset: Path) -> list[Path]:
     """Delete temporary files, and batch files whose commit file (same name in
-    `commit_dataset`) was never written: the crash hit that batch half-way."""
+    `commit_dataset`) was never written: the crash hit that batch half-way; and the WARC
+    files of such batches."""
     removed = []
     for directory in [*datasets, commit_dataset]:
         for temporary in directory.glob("*.tmp"):
@@ -138,4 +154,4 @@ def discard_uncommitted(datasets: list[Path], commit_dataset: Path) -> list[Path
             if not (commit_dataset / path.name).exists():
                 path.unlink()
                 removed.append(path)
-    return removed
+    return removed + discard_uncommitted_warc(commit_dataset.parent)

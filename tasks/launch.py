@@ -33,6 +33,7 @@ from crawler.exchange import (  # noqa: E402
     link_settings,
 )
 from crawler.node import CrawlerNode  # noqa: E402
+from crawler.recrawl import Revisits  # noqa: E402
 from tasks.allocate import NodeSpec  # noqa: E402
 
 
@@ -134,6 +135,7 @@ class NodeLauncher:
     max_pages: int | None
     exchange: Any  # actor handles of the shared state
     shards: list[Any]
+    revisits: Revisits | None = None  # a recrawl's knowledge of the URLs (crawler/recrawl.py)
     launched: list[RayNode] = field(default_factory=list)
 
     def launch(self, node_id: str, hosts: list[str], num_cpus: float, memory: int) -> RayNode:
@@ -156,6 +158,7 @@ class NodeLauncher:
                 allow_private=self.allow_private,
                 max_depth=self.max_depth,
                 page_budget=None if self.max_pages is None else 0,
+                revisits=self.revisits,
             )
         )
         node = RayNode(node_id, actor)
@@ -202,6 +205,7 @@ def start_fleet(
     allow_private: bool,
     max_depth: int | None,
     max_pages: int | None,
+    revisits: Revisits | None = None,
 ) -> Fleet:
     """The shared state and the planned nodes, started (also used by bench/distributed)."""
     ensure_ray()
@@ -234,6 +238,7 @@ def start_fleet(
         max_pages,
         exchange=exchange,
         shards=shards,
+        revisits=revisits,
     )
     resources = ray.cluster_resources()
     # Each actor gets its node type's size, scaled down when the plan holds more nodes than
@@ -279,9 +284,18 @@ def launch_nodes(
     allow_private: bool,
     max_depth: int | None,
     max_pages: int | None,
+    revisits: Revisits | None = None,
 ) -> Fleet:
     return start_fleet(
-        crawl_id, out_dir, config, specs, scope_hosts, allow_private, max_depth, max_pages
+        crawl_id,
+        out_dir,
+        config,
+        specs,
+        scope_hosts,
+        allow_private,
+        max_depth,
+        max_pages,
+        revisits,
     )
 
 

@@ -25,6 +25,7 @@ import time
 from multiprocessing.connection import Connection
 
 from websim import hostile
+from websim.changes import ChangeModel
 from websim.graph import PDF, Web
 from websim.pages import Renderer
 from websim.queueing import ArrivalRate
@@ -35,6 +36,7 @@ _BIND_ATTEMPTS = 20
 _FD_LIMIT = 1 << 16
 _REASONS = {
     200: "OK",
+    304: "Not Modified",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -131,6 +133,7 @@ class _Sim:
         static = web.spec.static
         self._bodies = [self.renderer.page(p) for p in range(web.n_pages)] if static else []
         self.hosts = [_Host(web, i, port) for i in range(len(web.hosts))]
+        self.changes = ChangeModel(web)
         self.latency_sigma = web.spec.latency_sigma
         self.idle_timeout = web.spec.idle_timeout_s
         self.random = random.Random(web.spec.seed)
@@ -236,6 +239,7 @@ class _Connection(asyncio.Protocol):
         method, target, version = request_line
         keep_alive = version == "HTTP/1.1"
         has_body = False
+        conditional: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
@@ -244,6 +248,8 @@ class _Connection(asyncio.Protocol):
                 keep_alive = "close" not in value and (keep_alive or "keep-alive" in value)
             elif name == "transfer-encoding" or (name == "content-length" and value.strip() != "0"):
                 has_body = True
+            elif name in ("if-none-match", "if-modified-since"):
+                conditional[name] = value.strip()
 
         self.requests += 1
         remaining = host.keepalive_max - self.requests
@@ -259,6 +265,9 @@ class _Connection(asyncio.Protocol):
 
         if path == "/robots.txt":  # exempt from the rate limit: a crawler must be able to ask
             body = self.sim.renderer.robots(host.index)
+            origin = self.sim.renderer.origins[host.index]
+            if body is not None and (line := self.sim.changes.sitemap_line(host.index, origin)):
+                body += f"{line}\n".encode()
             status = 200 if body is not None else 404
             response = _response(status, _TEXT, body or b"", head_only, remaining, close=close)
             return self._log(method, target, status, response, close, self.sim.latency(host))
@@ -271,17 +280,36 @@ class _Connection(asyncio.Protocol):
             )
             return self._log(method, target, host.ban_status, response, close)
 
+        validators: list[tuple[str, str]] = []
         if host.index == 0 and path == HUB_PATH:
             status, ctype, body = 200, _HTML, self.sim.renderer.hub()
         else:
             key = path + "?" + "&".join(sorted(query.split("&"))) if query else path
             page = host.pages.get(key)
+            changes = self.sim.changes
+            origin = self.sim.renderer.origins[host.index]
+            has_robots = self.sim.web.hosts[host.index].robots_disallow is not None
             if page is None:
-                status, ctype, body = 404, _HTML, b"<html><body>not found</body></html>\n"
+                sitemap = changes.sitemap_file(host.index, path, origin, has_robots)
+                if sitemap is None:
+                    status, ctype, body = 404, _HTML, b"<html><body>not found</body></html>\n"
+                else:
+                    status, body = 200, sitemap
+                    ctype = "application/gzip" if path.endswith(".gz") else "application/xml"
             else:
                 ctype = _PDF if self.sim.web.kind[page] == PDF else _HTML
-                status, body = 200, self.sim.page(page)
-        response = _response(status, ctype, body, head_only, remaining, close=close)
+                status, body = 200, changes.body(page, self.sim.page(page))
+                not_modified, validators = changes.answer(
+                    host.index,
+                    page,
+                    conditional.get("if-none-match"),
+                    conditional.get("if-modified-since"),
+                )
+                if not_modified:
+                    status, body = 304, b""
+        response = _response(
+            status, ctype, body, head_only, remaining, close=close, extra=validators
+        )
         return self._log(method, target, status, response, close, self.sim.latency(host))
 
     def _log(
@@ -306,12 +334,14 @@ def _response(
     remaining: int = 0,
     retry_after: int | None = None,
     close: bool = True,
+    extra: list[tuple[str, str]] | None = None,
 ) -> bytes:
     lines = [
         f"HTTP/1.1 {status} {_REASONS[status]}",
         "Server: websim",
         f"Content-Type: {content_type}",
         f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in extra or ()),
     ]
     if retry_after is not None:
         lines.append(f"Retry-After: {retry_after}")
@@ -348,7 +378,10 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
             command = conn.recv()
         except (EOFError, OSError):  # the parent is gone
             command = ("stop",)
-        if command[0] == "log":
+        if command[0] == "night":
+            sim.changes.advance()
+            conn.send(sim.changes.night)
+        elif command[0] == "log":
             conn.send(sim.log)
             if command[1]:
                 sim.log = []

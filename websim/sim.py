@@ -14,6 +14,7 @@ import numpy as np
 from w3lib.url import canonicalize_url
 
 from websim import hostile, truth
+from websim.changes import ChangeModel
 from websim.graph import Web, build_web
 from websim.server import child_main
 from websim.spec import WebSpec
@@ -29,6 +30,7 @@ class WebSim:
     def __init__(self, spec: WebSpec | None = None, port: int = 0) -> None:
         self.spec = spec or WebSpec()
         self.web: Web = build_web(self.spec)
+        self.changes = ChangeModel(self.web)  # the ground truth of the nights, as served
         self._requested_port = port
         self._port: int | None = None
         self._process: BaseProcess | None = None
@@ -182,6 +184,19 @@ class WebSim:
     def export(self, directory: str | Path) -> None:
         """Write pages.parquet, links.parquet and hosts.parquet (zstd) into directory."""
         truth.export(self.web, self.port, directory)
+
+    def advance_night(self) -> set[str]:
+        """Move the web to the next night (websim/changes.py); returns the URLs of the pages
+        that changed."""
+        if self._conn is None:
+            raise RuntimeError("WebSim not running")
+        with self._lock:
+            self._conn.send(("night",))
+            served = self._conn.recv()
+        changed = self.changes.advance()
+        assert served == self.changes.night, "server and ground truth out of step"
+        urls = self._page_urls()
+        return {urls[i] for i in changed.tolist()}
 
     def request_log(self, clear: bool = False) -> list[dict]:
         """Every request the servers received so far, oldest first: host ("ip:port"), path

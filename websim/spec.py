@@ -56,6 +56,16 @@ class WebSpec:
     # machine. Costs about pages x page_bytes of memory and a start-up of 0.3 ms a page.
     static: bool = False
 
+    # Change between nights (websim/changes.py): the expected share of pages that change in one
+    # night, the shape of the gamma distribution of per-page change rates (small: skewed), the
+    # share of servers whose validators are missing or wrong (split evenly: none, an ETag new on
+    # every answer, a Last-Modified that never changes), and the share of the other servers
+    # that publish a sitemap.
+    change_share: float = 0.1
+    change_shape: float = 0.5
+    validator_fault_share: float = 0.06
+    sitemap_share: float = 0.0
+
     # Hostile hosts (websim/hostile.py): each named scenario is served on its own address after
     # the web's hosts. Not linked from the web: a crawl seeds them (`WebSim.hostile_url`).
     hostile: tuple[str, ...] = ()
@@ -97,9 +107,13 @@ class WebSpec:
             self.mailto_share,
             self.robots_share,
             self.crawl_delay_share,
+            self.validator_fault_share,
+            self.sitemap_share,
         )
         if not all(0.0 <= s <= 1.0 for s in shares) or self.private_share + self.pdf_share > 1:
             raise ValueError("shares must be in [0, 1]")
+        if not 0.0 <= self.change_share < 1.0 or self.change_shape <= 0:
+            raise ValueError("change_share must be in [0, 1) and change_shape > 0")
 
 
 def host_address(host: int) -> str:

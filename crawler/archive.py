@@ -1,0 +1,40 @@
+"""What the node archives of a fetch: the WARC exchange of a FetchResult (storage/warc.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from crawler.fetcher import FetchResult
+from crawler.recrawl import KnownUrl
+from storage.warc import Exchange
+
+# Error classes of an answer whose body the crawler cut off, as WARC-Truncated reasons.
+_TRUNCATED = {
+    "body_too_large": "length",
+    "decoded_too_large": "length",
+    "fetch_timeout": "time",
+    "read_timeout": "time",
+}
+
+
+def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -> Exchange | None:
+    """The exchange to archive, or None when no HTTP answer arrived. `earlier`: the capture a
+    304 confirms."""
+    if result.status is None:
+        return None
+    truncated = None
+    if result.error is not None:
+        kind = result.error.split(":", 1)[0]
+        truncated = _TRUNCATED.get(kind, "unspecified" if result.cut_short else None)
+    not_modified = result.status == 304 and earlier is not None
+    return Exchange(
+        url=result.url,
+        date=date,
+        status=result.status,
+        request_headers=result.request_headers,
+        response_headers=result.headers,
+        body=result.body,
+        truncated=truncated,
+        refers_to_date=earlier.fetch_time if not_modified and earlier else None,
+        refers_to_digest=earlier.digest if not_modified and earlier else None,
+    )

@@ -1,0 +1,58 @@
+"""`crawl.json`: what a crawl directory is, so the next night can find the one before.
+
+Written once when a crawl starts (a resumed crawl keeps its own): the crawl id, its start time,
+its deployment key and the earlier crawl it revisits (`since`, null for a full crawl).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MANIFEST = "crawl.json"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    crawl_id: str
+    started: str  # ISO 8601, UTC: orders the crawls of a deployment
+    deployment: str  # crawls with the same key revisit each other's URLs
+    since: str | None  # the crawl whose URLs this one revisits; None: a full crawl
+
+
+def deployment_key(scope_hosts: list[str]) -> str:
+    """The servers a crawl covers: nights over the same servers are one deployment."""
+    return " ".join(sorted(scope_hosts))
+
+
+def read_manifest(crawl_dir: Path) -> Manifest | None:
+    try:
+        data = json.loads((crawl_dir / MANIFEST).read_text())
+        return Manifest(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_manifest(crawl_dir: Path, manifest: Manifest) -> None:
+    crawl_dir.mkdir(parents=True, exist_ok=True)
+    temporary = crawl_dir / f"{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(asdict(manifest), indent=1))
+    os.replace(temporary, crawl_dir / MANIFEST)
+
+
+def earlier_crawls(out_dir: Path, deployment: str, before: str) -> list[Manifest]:
+    """The crawls of `deployment` in `out_dir` that started before `before` (ISO time) and
+    wrote output, oldest first."""
+    found = []
+    for child in out_dir.iterdir() if out_dir.is_dir() else []:
+        manifest = read_manifest(child)
+        if (
+            manifest is not None
+            and manifest.deployment == deployment
+            and manifest.started < before
+            and (child / "fetches").is_dir()
+        ):
+            found.append(manifest)
+    return sorted(found, key=lambda m: (m.started, m.crawl_id))

@@ -1,0 +1,96 @@
+"""The change-rate estimator (Cho and Garcia-Molina) and the revisit order built on it."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from crawler.recrawl import NEW_URL_PRIORITY, Visits, change_rate, plan_revisits, start_urls
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def observe(rate: float, visits: int, every: int, rng: random.Random) -> tuple[int, int]:
+    """(intervals, intervals that saw a change) of a Poisson page visited every `every` nights."""
+    changed = sum(rng.random() > math.exp(-rate * every) for _ in range(visits - 1))
+    return visits - 1, changed
+
+
+@pytest.mark.parametrize("rate", [0.05, 0.3, 1.0, 2.0])
+def test_estimator_recovers_the_rate_where_the_naive_share_does_not(rate):
+    rng = random.Random(14)
+    intervals, changed = observe(rate, 2000, 1, rng)
+    estimate = change_rate(intervals, changed, intervals)
+    assert estimate == pytest.approx(rate, rel=0.12)
+    if rate >= 1.0:  # the share of visits that saw a change saturates below 1 per night
+        assert changed / intervals < 0.9 * rate
+
+
+def test_unequal_intervals_count_in_nights():
+    rng = random.Random(3)
+    intervals, changed = observe(0.2, 1500, 3, rng)
+    assert change_rate(intervals, changed, 3 * intervals) == pytest.approx(0.2, rel=0.15)
+
+
+def test_no_change_seen_gives_zero_and_every_change_a_finite_rate():
+    assert change_rate(10, 0, 10) == 0.0
+    assert 2.5 < change_rate(10, 10, 10) < 4.0
+    assert change_rate(0, 0, 0) == 0.0
+
+
+def history(**pages: tuple[list[str | None], int]) -> dict[str, Visits]:
+    """Per URL: its digests at crawls 0..n-1 (None: not visited), and its depth."""
+    out = {}
+    for name, (digests, depth) in pages.items():
+        visits = Visits(depth, T0)
+        for index, digest in enumerate(digests):
+            if digest is not None:
+                visits.visit(index, digest, T0)
+        out[f"http://a.test/{name}"] = visits
+    return out
+
+
+def test_revisit_order_puts_the_likely_changed_first():
+    pages = history(
+        hot=(["a", "b", "c", "d"], 2),
+        cold=(["a", "a", "a", "a"], 0),
+        stale=(["a", "a", None, None], 1),  # unchanged when seen, but not seen for 2 nights
+        never=([None, None, None, None], 3),
+    )
+    revisits = plan_revisits(pages, crawls=4, since="c3")
+    priority = {url.rsplit("/", 1)[1]: revisits.priority(url) for url in pages}
+    assert priority["never"] == NEW_URL_PRIORITY
+    assert priority["hot"] > priority["stale"] > priority["cold"] > 0.0
+    assert revisits.priority("http://a.test/unknown") == NEW_URL_PRIORITY
+    # Breadth-first order for the FIFO policies: by depth.
+    assert [url.rsplit("/", 1)[1] for url in revisits.order] == ["cold", "stale", "hot", "never"]
+
+
+def test_a_budget_seeds_the_likeliest_changes_or_the_first_breadth_first():
+    pages = history(
+        hot=(["a", "b", "c", "d"], 2),
+        cold=(["a", "a", "a", "a"], 0),
+        warm=(["a", "a", "b", "b"], 1),
+    )
+    revisits = plan_revisits(pages, crawls=4, since="c3")
+    seeds = ["http://a.test/"]
+    names = lambda urls: [url.rsplit("/", 1)[1] for url in urls]  # noqa: E731
+    assert names(start_urls(seeds, revisits)) == ["", "cold", "warm", "hot"]
+    assert names(start_urls(seeds, revisits, 2, "capability")) == ["", "hot", "warm"]
+    assert names(start_urls(seeds, revisits, 2, "bfs")) == ["", "cold", "warm"]
+    assert start_urls(seeds, None, 2) == seeds
+
+
+def test_conditional_headers_send_back_the_validators():
+    pages = history(p=(["a"], 0))
+    visits = pages["http://a.test/p"]
+    visits.etag, visits.last_modified = '"p-1"', "Thu, 01 Jan 2026 00:00:00 GMT"
+    revisits = plan_revisits(pages, crawls=1, since="c0")
+    assert revisits.conditional_headers("http://a.test/p") == {
+        "If-None-Match": '"p-1"',
+        "If-Modified-Since": "Thu, 01 Jan 2026 00:00:00 GMT",
+    }
+    assert revisits.conditional_headers("http://a.test/new") == {}

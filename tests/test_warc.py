@@ -1,0 +1,135 @@
+"""WARC output: every file the node writes reads with warcio, every fetches row finds its
+record by warc_filename/offset, and the files stay consistent through crashes and compaction."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawler.config import CrawlConfig
+from crawler.coordinator import Coordinator
+from crawler.node import CrawlerNode
+from crawlflow.cli import main
+from storage.compaction import compact
+from storage.views import connect
+from storage.warc import WARC_DIR, read_record
+from storage.writer import discard_uncommitted
+from websim import WebSim, WebSpec
+
+
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory):
+    """A small web crawled by one node with small batches (several WARC files)."""
+    out = tmp_path_factory.mktemp("warc")
+    spec = WebSpec(hosts=3, pages=60, seed=3, rate_limit_rps=None, latency_ms=(0.5, 1.0))
+    with WebSim(spec) as sim:
+        hosts = sim.servers
+        config = CrawlConfig(
+            max_connections=3,
+            write_batch_rows=15,
+            rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        )
+        node = CrawlerNode("node-0", "c1", str(out), config, hosts, hosts, True, None)
+        coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+        coordinator.seed([sim.hub_url])
+        coordinator.run(poll_s=0.02)
+        node.close()
+        yield out / "c1", sim
+
+
+def records_of(path):
+    with open(path, "rb") as file:
+        return [
+            (r.rec_type, r.rec_headers.get_header("WARC-Target-URI"), r.content_stream().read())
+            for r in ArchiveIterator(file)
+        ]
+
+
+def test_warcio_reads_every_file_and_every_row_finds_its_record(crawled):
+    crawl_dir, _ = crawled
+    files = sorted((crawl_dir / WARC_DIR).glob("*"))
+    assert len(files) > 1 and all(f.name.endswith(".warc.gz") for f in files)
+    answered = 0
+    for path in files:
+        kinds = [kind for kind, _, _ in records_of(path)]
+        assert kinds[0] == "warcinfo"
+        assert kinds.count("request") == kinds.count("response") > 0
+        answered += kinds.count("response")
+    rows = (
+        connect(crawl_dir)
+        .execute(
+            "SELECT url, fetch_status, content_digest, warc_filename, warc_record_offset, "
+            "warc_record_length, content_length FROM fetches"
+        )
+        .fetchall()
+    )
+    with_answer = [row for row in rows if row[1] is not None]
+    assert answered == len(with_answer) and len(with_answer) > 50
+    for url, status, digest, filename, offset, length, size in with_answer:
+        with open(crawl_dir / filename, "rb") as file:
+            file.seek(offset)
+            member = file.read(length)
+        record = next(iter(ArchiveIterator(io.BytesIO(member))))
+        assert record.rec_type == "response"
+        assert record.rec_headers.get_header("WARC-Target-URI") == url
+        assert record.rec_headers.get_header("WARC-Payload-Digest") == f"sha1:{digest}"
+        assert record.http_headers.get_statuscode() == str(status)
+        assert len(record.content_stream().read()) == size
+    # Rows without an HTTP answer (robots-disallowed URLs) have no record.
+    assert all(row[3] is None for row in rows if row[1] is None)
+
+
+def test_warc_get_prints_a_pages_record(crawled, capsysbinary):
+    crawl_dir, sim = crawled
+    url = sim.host_urls[0]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["warc-get", str(crawl_dir.parent), url])
+    assert exit_info.value.code == 0
+    printed = capsysbinary.readouterr().out
+    assert printed.startswith(b"WARC/1.1\r\n")
+    assert f"WARC-Target-URI: {url}".encode() in printed
+    assert b"HTTP/1.1 200 OK" in printed and b"</html>" in printed
+    with pytest.raises(SystemExit) as exit_info:
+        main(["warc-get", str(crawl_dir), url + "nowhere"])
+    assert exit_info.value.code == 2
+    assert b"no WARC record" in capsysbinary.readouterr().err
+
+
+def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_path):
+    import shutil
+
+    crawl_dir = tmp_path / "c1"
+    shutil.copytree(crawled[0], crawl_dir)
+    warc = crawl_dir / WARC_DIR
+    # A crash: one batch's WARC written but not its fetches file; another still temporary.
+    last = sorted((crawl_dir / "fetches").glob("*.parquet"))[-1]
+    last.unlink()
+    (warc / "node-0-000099.warc.gz.tmp").write_bytes(b"half")
+    removed = discard_uncommitted(
+        [crawl_dir / "discovered", crawl_dir / "pages"], crawl_dir / "fetches"
+    )
+    assert warc / (last.stem + ".warc.gz") in removed
+    assert not (warc / "node-0-000099.warc.gz.tmp").exists()
+    before = sorted(p.name for p in warc.iterdir())
+    compact(crawl_dir)
+    assert [p.name for p in (crawl_dir / "fetches").glob("*.parquet")] == [
+        "compacted-000001.parquet"
+    ]
+    # A resume after compaction keeps the WARC files the compacted rows point at.
+    discard_uncommitted([crawl_dir / "discovered", crawl_dir / "pages"], crawl_dir / "fetches")
+    assert sorted(p.name for p in warc.iterdir()) == before
+    rows = (
+        connect(crawl_dir)
+        .execute(
+            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
+            "WHERE warc_filename IS NOT NULL"
+        )
+        .fetchall()
+    )
+    assert rows
+    for url, filename, offset, length in rows:
+        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
+            crawl_dir / filename, offset, length
+        )
