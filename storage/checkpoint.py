@@ -15,9 +15,10 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import NOT_ADMITTED_CLASSES
+from crawler.limits import DEADLINE, NOT_ADMITTED_CLASSES
 from crawler.politeness import is_retryable
 from storage.compaction import finish_compaction
+from storage.manifest import MANIFEST
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
 
@@ -50,6 +51,11 @@ ADMITTED_SQL = (
 )
 
 
+# Rows of URLs the crawl's deadline left queued say only that they were not fetched: resume
+# and takeover read past them, so the URL is pending with the attempt it was waiting for.
+NOT_LEFT_AT_DEADLINE = f"coalesce(error, '') NOT LIKE '{DEADLINE}%'"
+
+
 def _final(status: int | None, error: str | None) -> bool:
     if error is not None and error.startswith("gave_up"):
         return True
@@ -70,7 +76,8 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
     if any(commit.glob("*.parquet")):
         rows = con.execute(
             "SELECT url, fetch_status, error, attempt "
-            f"FROM read_parquet('{commit}/*.parquet') ORDER BY url, attempt"
+            f"FROM read_parquet('{commit}/*.parquet') WHERE {NOT_LEFT_AT_DEADLINE} "
+            "ORDER BY url, attempt"
         ).fetchall()
         for url, status, error, attempt in rows:
             attempts[url] = max(attempts.get(url, 0), attempt)
@@ -102,11 +109,16 @@ def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
 
     When a flow process is killed, its Ray actors outlive it for a moment and may still
     commit a batch; reading the checkpoint before they are gone would fetch those URLs twice.
-    Returns False if the directory was still changing after `timeout_s`.
+    Returns False if the directory was still changing after `timeout_s`. The flow's own
+    `crawl.json`, written just before this step, is no sign of a running node: a new crawl
+    does not wait.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        newest = max((p.stat().st_mtime for p in crawl_dir.rglob("*")), default=0.0)
+        newest = max(
+            (p.stat().st_mtime for p in crawl_dir.rglob("*") if p.name != MANIFEST),
+            default=0.0,
+        )
         idle = time.time() - newest
         if idle >= quiet_s:
             return True
