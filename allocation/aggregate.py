@@ -41,11 +41,13 @@ def packing_cuts(node_type: NodeType, tasks: list[Task]) -> list[dict[str, float
     ``sum x_i <= 1`` implies ``sum f(x_i) <= 1``. In one node of the type, the tasks' shares
     ``x_i = demand / capacity`` of a dimension sum to at most 1, so ``sum f(x_i) <= 1`` per node;
     summed over the type's nodes, ``sum_i f(x_i) z[i, t] <= n_t``. The shares are divided by
-    ``1 + slack`` first, where ``slack`` is the tolerance with which ``Resources.fits_in``
-    accepts a load, so the shares of an accepted node sum to at most 1 exactly. Used:
-    ``U_e(x) = 1 if x > 1 - e, x if e <= x <= 1 - e, 0 if x < e`` for ``e <= 1/2`` (Martello and
-    Toth's L2 bound, linearized) and ``u_k(x) = x if (k + 1) x is whole, floor((k + 1) x) / k
-    otherwise`` (Fekete and Schepers 2001). Both are dual feasible.
+    ``1 + slack`` first, with ``slack`` above the tolerance with which ``Resources.fits_in``
+    accepts a load (and the rounding error of the division), so the shares of an accepted node
+    sum to at most 1. Used: ``U_e(x) = 1 if x > 1 - e, x if e <= x <= 1 - e, 0 if x < e`` for
+    ``e <= 1/2`` (Martello and Toth's L2 bound, linearized) and ``u_k(x) = x if (k + 1) x is
+    whole, floor((k + 1) x) / k otherwise`` (Fekete and Schepers 2001). Both are dual feasible,
+    and so is any function below one of them, which is how float comparisons at their steps are
+    settled: on the safe side, by a margin.
 
     Conflict cliques. Tasks any two of which do not fit one node together use one node each, so
     ``n_t >= sum_{i in C} z[i, t]`` for such a set ``C``; the cliques are grown greedily from the
@@ -70,21 +72,32 @@ def _shares(node_type: NodeType, tasks: list[Task]) -> list[dict[str, float]]:
     dims = [d for d, cap in enumerate(capacity) if cap > 0]
     per_dim = []
     for d in dims:
-        slack = 1 + 1e-9 + 1e-12 / capacity[d]
+        slack = 1 + 2e-9 + 2e-12 / capacity[d]
         per_dim.append({task.id: task.demand.as_tuple()[d] / capacity[d] / slack
                         for task in tasks})
     mean = {task.id: sum(shares[task.id] for shares in per_dim) / len(per_dim) for task in tasks}
     return [*per_dim, mean] if per_dim else []
 
 
+# How near a step of a dual feasible function a share takes the lower value.
+STEP_MARGIN = 1e-9
+
+
 def _threshold(e: float) -> Callable[[float], float]:
-    return lambda x: 1.0 if x > 1 - e else (x if x >= e else 0.0)
+    """U_e, its upper step moved right by the margin (a task just above ``1 - e`` counts as its
+    share, not 1)."""
+    return lambda x: 1.0 if x > 1 - e + STEP_MARGIN else (x if x >= e else 0.0)
 
 
 def _rounding(k: int) -> Callable[[float], float]:
+    """u_k, taking near a step ``(k + 1) x = j`` its value just left of it, ``(j - 1) / k``,
+    which is below both ``x`` and ``j / k`` there."""
     def f(x: float) -> float:
         scaled = (k + 1) * x
-        return x if scaled == math.floor(scaled) else math.floor(scaled) / k
+        step = round(scaled)
+        if abs(scaled - step) <= STEP_MARGIN:
+            return max(0.0, (step - 1) / k)
+        return math.floor(scaled) / k
     return f
 
 
