@@ -102,10 +102,15 @@ def _rounding(k: int) -> Callable[[float], float]:
 
 
 def _cliques(node_type: NodeType, tasks: list[Task]) -> list[list[str]]:
+    """Sets of tasks no two of which fit one node of the type together, each grown from one of
+    the CLIQUES largest tasks (largest share in any dimension) by adding, largest first, every
+    task that conflicts with all those already in."""
     capacity = node_type.capacity
+
     def size(task: Task) -> float:
-        return max(a / c for a, c in zip(task.demand.as_tuple(), capacity.as_tuple(), strict=True)
-                   if c > 0)
+        return max((a / c for a, c in zip(task.demand.as_tuple(), capacity.as_tuple(),
+                                          strict=True) if c > 0), default=0.0)
+
     order = sorted(tasks, key=size, reverse=True)
     cliques: list[list[str]] = []
     for start in order[:CLIQUES]:
@@ -114,8 +119,9 @@ def _cliques(node_type: NodeType, tasks: list[Task]) -> list[list[str]]:
             if task is not start and all(not (task.demand + member.demand).fits_in(capacity)
                                          for member in clique):
                 clique.append(task)
-        if len(clique) > 1:
-            cliques.append([task.id for task in clique])
+        ids = sorted(task.id for task in clique)
+        if len(ids) > 1 and ids not in cliques:
+            cliques.append(ids)
     return cliques
 
 
