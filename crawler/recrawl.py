@@ -38,9 +38,9 @@ the server gives:
   the deployment, else 0.5), so a page never seen changing keeps a small rate instead of zero.
 
 A server's dates are ignored (its pages use visit counts) when they cannot be true: no
-`Last-Modified` on most answers; a single date on every answer of several (a date that never
-changes); most dates at or after the fetch time (a server that stamps "now", or a clock ahead);
-most of the changes seen by digest without a newer date.
+`Last-Modified` on most answers; one date on every page (a date that never changes); most
+dates at or after the fetch time (a server that stamps "now", or a clock ahead); most of the
+changes seen by digest without a newer date.
 
 The revisit priority is the probability of at least one change since the last visit,
 `1 - exp(-lambda * age)`, `age` in nights; URLs never fetched get 1. Time between visits is
@@ -169,7 +169,8 @@ def dates_trusted(pages: list[list[Observation]]) -> bool:
     answers = sum(len(page) for page in pages)
     if not dated or 2 * len(dated) < answers:
         return False
-    if len(dated) > 1 and len({o.modified for o in dated}) == 1:
+    dated_pages = sum(any(o.modified is not None for o in page) for page in pages)
+    if dated_pages > 1 and len({o.modified for o in dated}) == 1:
         return False
     if 2 * sum(o.modified >= o.fetched - STAMPED_NOW_S for o in dated) > len(dated):
         return False

@@ -15,6 +15,7 @@ from crawler.recrawl import (
     Visits,
     change_rate,
     dated_evidence,
+    dates_trusted,
     dated_rate,
     plan_revisits,
     start_urls,
@@ -170,6 +171,13 @@ def test_a_server_whose_changes_keep_their_date_is_not_trusted():
     # By visit counts: the changed pages first, whatever their dates say.
     priority = [revisits.priority(f"http://a.test/p{i}") for i in range(4)]
     assert priority[0] == priority[1] == priority[2] > priority[3]
+
+
+def test_one_unchanged_page_keeps_its_date_and_its_trust():
+    lone = [Observation(0, 10 * DAY, DAY, False), Observation(1, 11 * DAY, DAY, False)]
+    assert dates_trusted([lone])
+    other = [Observation(0, 10 * DAY, DAY, False)]
+    assert not dates_trusted([lone, other])  # two pages, one date: it never changes
 
 
 def test_the_dated_estimator_recovers_known_rates():
