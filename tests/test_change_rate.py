@@ -15,8 +15,8 @@ from crawler.recrawl import (
     Visits,
     change_rate,
     dated_evidence,
-    dates_trusted,
     dated_rate,
+    dates_trusted,
     plan_revisits,
     start_urls,
 )
