@@ -9,24 +9,26 @@ Change rate (Cho and Garcia-Molina, "Estimating frequency of change", ACM TOIT 2
 modelled as a Poisson process of changes with rate `lambda` per night. Two estimators, by what
 the server gives:
 
-- Last-modified dates (their section 5), for servers whose `Last-Modified` can be trusted
-  (below). The age of a page when fetched (time since its last change) is informative of its
-  rate: for a Poisson process it is `Exp(lambda)`, so a page dated an hour before the crawl
-  most likely changes often and one dated a year before rarely. Each visit gives a factor of
-  the likelihood: the first, or one that saw a change (`content_digest` differs), "a change
-  `a` nights before the fetch and none since" (`lambda * exp(-lambda * a)`); one that saw none,
-  "no change over the `d` nights since the visit before" (`exp(-lambda * d)`). Over a page's
-  visits that is `lambda^X * exp(-lambda * T)`: `X` changes detected, `T` nights known to be
-  without a change. With a gamma prior from the page's server, the posterior mean is
+- Last-modified dates (their estimator for when the last-modified date is known), for
+  servers whose `Last-Modified` can be trusted (below). The age of a page when fetched (time
+  since its last change) is informative of its rate: for a Poisson process it is
+  `Exp(lambda)`, so a page dated an hour before the crawl most likely changes often and one
+  dated a year before rarely. Each visit gives a factor of the likelihood: the first, or one
+  that saw a change (`content_digest` differs), "a change `a` nights before the fetch and none
+  since" (`lambda * exp(-lambda * a)`); one that saw none, "no change over the `d` nights since
+  the visit before" (`exp(-lambda * d)`). Over a page's visits that is
+  `lambda^X * exp(-lambda * T)`: `X` changes detected, `T` nights known to be without a
+  change. With a gamma prior from the page's server, the posterior mean is
 
       lambda = (m * PRIOR_NIGHTS + X) / (PRIOR_NIGHTS + T)
 
   `m` being the server's pooled rate (its pages' `X` over their `T`): one night at the server's
   rate, so that a single date ranks the pages of night 2 and many visits outweigh the server.
   Ages are measured on the servers' clock: the newest date a trusted server gave in the same
-  crawl (on any web of size, minutes before the crawl), so neither the crawler's clock nor a
-  common offset of the servers' clocks matters; one night is a day.
-- Visits and changes only (their section 4), for every other page: over `n` intervals between
+  crawl (on a web of thousands of pages, minutes before the crawl), so neither the crawler's
+  clock nor a common offset of the servers' clocks matters; one night is a day.
+- Visits and changes only (their estimator for when only the existence of a change is
+  known), for every other page: over `n` intervals between
   visits, `X` of which saw a change, the bias-reduced estimate
 
       r = -ln((n - X + 0.5) / (n + 0.5))
