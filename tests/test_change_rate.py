@@ -204,7 +204,8 @@ def test_the_dated_estimator_recovers_known_rates():
 def test_websims_dates_rank_night_2_toward_the_pages_that_change():
     """Night 1's dates alone put about half of night 2's changes into the first 30% of URLs
     (a blind 30% would hold 30%)."""
-    spec = WebSpec(hosts=30, pages=6_000, seed=14, validator_fault_share=0.45)  # bench/recrawl's
+    # bench/recrawl's web, with 9 of its 30 servers without validators or with wrong ones
+    spec = WebSpec(hosts=30, pages=6_000, seed=14, validator_fault_share=0.45)
     model = ChangeModel(build_web(spec))
     fetched = datetime(2026, 6, 1, tzinfo=UTC)  # any time after websim's night 0
     history = {}
