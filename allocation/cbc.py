@@ -38,13 +38,14 @@ def run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = Fal
             ) -> float | None:
     """Solve with CBC and return the lower bound it reports when stopped early, if any.
 
-    The status is left on ``problem`` (``status``, ``sol_status``). PuLP does not expose CBC's
-    bound, so it is read from CBC's log.
+    ``time_limit_s`` is CBC's CPU time (PuLP's default is wall time, which a loaded machine
+    shortens). The status is left on ``problem`` (``status``, ``sol_status``). PuLP does not
+    expose CBC's bound, so it is read from CBC's log.
     """
     with tempfile.TemporaryDirectory(prefix="crawlflow-cbc-") as tmp:
         log_path = Path(tmp) / "cbc.log"
-        solver = pulp.COIN_CMD(path=_cbc_path(), timeLimit=time_limit_s, warmStart=warm_start,
-                               msg=False, logPath=str(log_path))
+        solver = pulp.COIN_CMD(path=_cbc_path(), timeLimit=time_limit_s, timeMode="cpu",
+                               warmStart=warm_start, msg=False, logPath=str(log_path))
         try:
             problem.solve(solver)
         except pulp.PulpSolverError as exc:

@@ -12,34 +12,40 @@ per bin and dimension, load <= capacity * ``y[t, j]``; cost ``sum price[t, j] * 
 ``price[t, j]`` the reserved price for ``j < max_reserved`` and the surcharge price after.
 
 A plain version of this model leaves CBC with a weak bound (the LP fills every type exactly with
-fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds:
+fractional nodes) and a search space full of relabelings. What ``solve_milp`` adds, in phases, each
+ending by a share of the time limit and skipped once a plan meets the lower bound:
 
-- symmetry breaking: bins of a type are identical, so they are ordered by their first task in a
-  fixed task order (largest first); then open bins form a prefix (``y[t, j] >= y[t, j+1]``) and
-  the task of rank ``r`` can only be in positions ``j <= r``. This removes the ``n!`` relabelings
-  of every plan and about half of the assignment variables;
-- aggregating identical nodes for the bound: a small relaxation (``allocation.aggregate``) keeps
-  only, per type, an integer node count whose summed capacity holds the summed demand of the tasks
-  sent to that type. CBC solves it in a fraction of a second; its optimum is a lower bound at
-  least the assignment LP's (node counts stay whole), on generated instances within 1.5% of the
-  best plan found, and enters the full model as the cut ``cost >= bound``;
-- candidate plans: first fit, first-fit-decreasing, and the relaxation's task -> type choices
-  (also with capacities scaled down a little, to leave room for the packing loss) packed type by
-  type with minimum bin slack (``allocation.packing``); each then loses the bins whose tasks fit
-  in the others. The cheapest is CBC's warm start, and if it meets the bound it is optimal and
-  the full model is skipped, which is the usual case;
-- tightened bounds: every bin of type ``t`` costs at least ``reserved + usage``, so no optimal
-  plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
-  beyond that are not created.
+1. candidate plans and the bound: first fit, first-fit-decreasing, cost-aware FFD over several
+   task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
+   (``allocation.aggregate``): per type an integer node count whose summed capacity holds the
+   summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
+   LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
+   ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
+   leave room for the packing loss) are packed type by type with minimum bin slack
+   (``allocation.packing``), each then losing the bins whose tasks fit in the others;
+2. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+   loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
+3. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+   covers every task, which recombines bins of different plans;
+4. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+   identical, so they are ordered by their first task in a fixed task order (largest first); then
+   open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
+   positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
+   assignment variables. It only reorders bins within one type, and the reserved/surcharge split
+   is by position within the type, so it holds whatever each type's ``max_reserved`` and
+   ``max_surcharge``. Every bin of type ``t`` costs at least ``reserved + usage``, so no optimal
+   plan has more than ``incumbent cost / (reserved + usage)`` bins of that type, and positions
+   beyond that are not created.
 
-On the time limit CBC stops and the best plan is returned with the relative gap between its cost
-and the best proven lower bound (CBC's, or the aggregated one if higher).
+Time. ``time_limit_s`` is CPU time (``allocation.clock``): this thread's plus CBC's, and CBC runs
+with its clock in CPU mode. A loaded machine then stretches the wall time of a solve, not what it
+proves. On the time limit the best plan is returned with the relative gap between its cost and
+the best proven lower bound (CBC's, or the aggregated one if higher).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,8 +54,11 @@ import pulp
 
 from allocation.aggregate import solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
+from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
-from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan
+from allocation.heuristics import improve, several_ffd
+from allocation.master import restricted_master
+from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
     Packing,
     eliminate_bins,
@@ -72,73 +81,119 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Share of the time limit the candidates may use; the full model gets the rest but this margin:
-# writing the model for CBC, CBC reading it and finishing its root node run past CBC's own clock.
-CANDIDATE_SHARE = 0.5
+# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the local
+# search on the best of them, and the restricted master; the full model gets the rest but a
+# margin, since writing the model for CBC and reading it back run past CBC's own clock.
+CANDIDATE_SHARE = 0.4
+IMPROVE_SHARE = 0.45
+MASTER_SHARE = 0.6
 CBC_MARGIN_SHARE = 0.1
+# How many of the cheapest candidates the local search starts from.
+IMPROVED_CANDIDATES = 4
 
 
 @dataclass(frozen=True)
 class MilpResult:
     plan: Plan
     status: str  # OPTIMAL, or TIME_LIMIT when stopped with a plan not proven optimal
-    gap: float  # (cost - proven lower bound) / cost; 0 when optimal
+    gap: float  # (cost - lower_bound) / cost; 0 when optimal
+    lower_bound: float  # the best lower bound proven on the cost of any plan
+    time_limit_s: float  # the limit, in CPU seconds (see allocation.clock)
+    cpu_seconds: float  # CPU seconds used (this thread and CBC)
 
     @property
     def solve_seconds(self) -> float:
+        """Wall-clock seconds."""
         return self.plan.solve_seconds
+
+    @property
+    def time_limit_hit(self) -> bool:
+        return self.status == TIME_LIMIT
 
 
 def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
-    """Solve the instance to optimality, or to the best plan within about ``time_limit_s``.
+    """Solve the instance to optimality, or to the best plan within about ``time_limit_s`` CPU
+    seconds.
 
     Raises SolverUnavailable if CBC cannot run and NoFeasiblePlan if no plan exists.
     """
-    start = time.perf_counter()
+    clock = CpuClock(time_limit_s)
     check_cbc()
     if not instance.tasks:
-        return MilpResult(Plan(instance, (), time.perf_counter() - start), OPTIMAL, 0.0)
+        return MilpResult(Plan(instance, (), clock.wall_elapsed()), OPTIMAL, 0.0, 0.0,
+                          time_limit_s, clock.elapsed())
 
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
-    candidate_deadline = CANDIDATE_SHARE * time_limit_s
     lower = 0.0
-    best: Packing | None = None
-    for candidate, bound in _candidates(instance, lambda: candidate_deadline - elapsed()):
+    candidates: list[Packing] = []
+
+    def best() -> Packing | None:
+        return min(candidates, key=lambda p: packing_cost(instance, p), default=None)
+
+    def closed() -> bool:
+        incumbent = best()
+        return incumbent is not None and packing_cost(instance, incumbent) <= lower + TOLERANCE
+
+    for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE)):
         lower = max(lower, bound)
-        if candidate is not None and within_limits(instance, candidate) and (
-                best is None
-                or packing_cost(instance, candidate) < packing_cost(instance, best)):
-            best = candidate
-        if best is not None and packing_cost(instance, best) <= lower + TOLERANCE:
-            break
-        if elapsed() >= candidate_deadline:
+        if candidate is not None and within_limits(instance, candidate):
+            candidates.append(candidate)
+        if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
-    if best is None or packing_cost(instance, best) > lower + TOLERANCE:
-        model = _Model(instance, best, lower)
-        cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - elapsed(), 1.0)
-        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=best is not None)
+    if not closed():
+        cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
+        for candidate in cheapest[:IMPROVED_CANDIDATES]:
+            candidates.append(improve(instance, candidate,
+                                      deadline=lambda: clock.until(IMPROVE_SHARE) <= 0))
+    if not closed() and candidates:
+        patterns = [(t, b) for p in candidates for t, bins in p.items() for b in bins]
+        limit = max(clock.until(MASTER_SHARE), 0.5)
+        recombined, _ = restricted_master(instance, patterns, best(), lower, limit)
+        if recombined is not None and within_limits(instance, recombined):
+            candidates.append(improve(instance, recombined))
+
+    if not closed():
+        incumbent = best()
+        model = _Model(instance, incumbent, lower)
+        cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - clock.elapsed(), 1.0)
+        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=incumbent is not None)
         if model.problem.status == pulp.LpStatusInfeasible:
-            raise NoFeasiblePlan("no plan places every task within max_reserved and "
-                                 "max_surcharge")
+            if incumbent is None:
+                raise NoFeasiblePlan("no plan places every task within max_reserved and "
+                                     "max_surcharge")
+            # CBC has called this model infeasible on a 200-task instance stopped on its time
+            # limit, though the warm start satisfies it: with a plan in hand, that proves nothing.
+            cbc_bound = None
         solved = model.solution() if has_solution(model.problem) else None
-        if solved is not None and (
-                best is None or packing_cost(instance, solved) < packing_cost(instance, best)):
-            best = solved
+        if solved is not None:
+            candidates.append(solved)
         if model.problem.sol_status == pulp.LpSolutionOptimal:
             lower = max(lower, pulp.value(model.problem.objective))
         elif cbc_bound is not None:
             lower = max(lower, cbc_bound)
-    if best is None:
+    plan = _cheapest_feasible(instance, candidates, clock.wall_elapsed())
+    if plan is None:
         raise NoFeasiblePlan(f"no plan found within {time_limit_s:g} s (none proven "
                              "impossible either)")
-    plan = packing_plan(instance, best, elapsed())
     cost = plan.total_cost
     if cost <= lower + TOLERANCE:
-        return MilpResult(plan, OPTIMAL, 0.0)
-    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost)
+        return MilpResult(plan, OPTIMAL, 0.0, cost, time_limit_s, clock.elapsed())
+    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost, lower, time_limit_s,
+                      clock.elapsed())
+
+
+def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seconds: float
+                       ) -> Plan | None:
+    """The cheapest candidate that passes ``validate_plan``: what the solver returns is checked,
+    whichever phase made it."""
+    for packing in sorted(candidates, key=lambda p: packing_cost(instance, p)):
+        plan = packing_plan(instance, packing, solve_seconds)
+        try:
+            validate_plan(instance, plan)
+        except ValueError:
+            continue
+        return plan
+    return None
 
 
 def _candidates(instance: Instance, time_left: Callable[[], float]
@@ -150,6 +205,8 @@ def _candidates(instance: Instance, time_left: Callable[[], float]
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
         except NoFeasiblePlan:
             continue
+    for packing in several_ffd(instance):
+        yield packing, 0.0
     lower = 0.0
     for share in CAPACITY_SHARES:
         aggregate = solve_aggregate(instance, max(time_left(), 0.5), share)

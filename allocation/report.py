@@ -41,11 +41,30 @@ def compare(instance: Instance, time_limit_s: float = PLAN_TIME_LIMIT_S) -> Comp
 
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
-    """``{"plans": {"first_fit": PLAN, "ffd": PLAN, "milp": PLAN + status and gap}}``."""
+    """``{"plans": {"first_fit": PLAN, "ffd": PLAN, "milp": PLAN + milp_outcome(...)}}``."""
     plans = {name: plan.to_json() for name, plan in comparison.plans().items()}
-    plans["milp"]["status"] = comparison.milp.status
-    plans["milp"]["gap"] = comparison.milp.gap
+    plans["milp"].update(milp_outcome(comparison.milp))
     return {"plans": plans}
+
+
+def milp_outcome(result: MilpResult) -> dict[str, Any]:
+    """Whether the MILP stopped on its time limit, and the gap it proved."""
+    return {"status": result.status, "time_limit_hit": result.time_limit_hit,
+            "gap": result.gap, "lower_bound": result.lower_bound,
+            "time_limit_s": result.time_limit_s, "cpu_seconds": result.cpu_seconds}
+
+
+def milp_sentence(result: MilpResult) -> str:
+    """The MILP's outcome in one plain sentence."""
+    if not result.time_limit_hit:
+        return (f"MILP: optimal (proven) after {result.cpu_seconds:.1f} s CPU "
+                f"({result.solve_seconds:.1f} s wall), within its {result.time_limit_s:g} s "
+                "limit.")
+    return (f"MILP: time limit hit ({result.time_limit_s:g} s CPU, {result.solve_seconds:.1f} s "
+            f"wall); its best plan costs "
+            f"{result.plan.total_cost:.2f}, proven within {result.gap:.2%} of the optimum "
+            f"(lower bound {result.lower_bound:.2f}); gaps to it are to this plan, not to the "
+            "optimum.")
 
 
 def plans_table_rows(comparison: Comparison) -> list[dict[str, Any]]:
@@ -68,6 +87,7 @@ def plans_table_rows(comparison: Comparison) -> list[dict[str, Any]]:
             "solve_seconds": plan.solve_seconds,
             "gap_to_milp": comparison.gap_to_milp(plan),
             "milp_status": comparison.milp.status if is_milp else None,
+            "milp_time_limit_hit": comparison.milp.time_limit_hit if is_milp else None,
             "milp_gap": comparison.milp.gap if is_milp else None,
         })
     return rows
@@ -96,15 +116,10 @@ def render(comparison: Comparison, console: Console) -> None:
                                              for plan in comparison.plans().values()))
     for dim, label in zip(DIMENSIONS, ("cpu", "memory", "bandwidth"), strict=True):
         line(f"utilization {label}", "{:.1%}", f"utilization_{dim}")
-    line("solve time (s)", "{:.3f}", "solve_seconds")
+    line("solve time (s, wall)", "{:.3f}", "solve_seconds")
     line("gap to MILP", "{:+.2%}", "gap_to_milp")
     console.print(table)
-    milp = comparison.milp
-    if milp.status == "optimal":
-        console.print("MILP: optimal (proven).")
-    else:
-        console.print(f"MILP: stopped on the time limit with a proven gap of {milp.gap:.2%}; "
-                      "gaps to it are to its best plan, not to the optimum.")
+    console.print(milp_sentence(comparison.milp))
 
 
 def plan_command(instance_path: str, json_out: str | None) -> None:

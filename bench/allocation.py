@@ -5,8 +5,11 @@
     minimum where ``R`` equals the nodes the demand needs.
 (b) The heuristics' gap to the MILP over random small instances (mean, p95, worst), with the
     MILP's solve times.
-(c) The goal: 200 tasks, 3 node types, up to 30 reserved of each; the MILP's solve time and proven
-    gap, on two families of generated instances.
+(c) The goal, on the instance families of ``bench.allocation_instances`` (demands uniform, skewed
+    or correlated; reservation caps tight or loose; surcharge cheap or dear; 2-5 node types):
+    200 tasks, the MILP with a 10 s CPU limit; per family the share proven within 1%, the proven
+    gap's mean, p95 and worst, and first fit's and FFD's cost above the MILP's plan; also drawn.
+(d) The same over 50-400 tasks.
 
 Run: ``python -m bench.allocation [--quick] [--out DIR]``.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 from pathlib import Path
@@ -29,15 +33,18 @@ from allocation.milp import OPTIMAL, solve_milp
 from allocation.model import Instance
 from bench import results_dir
 from bench.allocation_instances import (
+    FAMILIES,
     SHAPES,
-    correlated_instance,
-    goal_instance,
+    family_instance,
     node_type,
     random_instance,
     random_tasks,
 )
 
 MILP_TIME_LIMIT_S = 10.0
+# Instances per family: of 200 tasks for the goal, and of 50-400 tasks.
+GOAL_SEEDS = 2
+SIZE_SEEDS = 1
 
 
 def u_curve(console: Console) -> dict[str, Any]:
@@ -106,7 +113,7 @@ def random_gaps(count: int, console: Console) -> dict[str, Any]:
         instance = random_instance(rng)
         result = solve_milp(instance, MILP_TIME_LIMIT_S)
         best = result.plan.total_cost
-        times.append(result.solve_seconds)
+        times.append(result.cpu_seconds)
         proven += result.status == OPTIMAL
         for name, heuristic in (("first_fit", first_fit), ("ffd", first_fit_decreasing)):
             gaps[name].append((heuristic(instance).total_cost - best) / best)
@@ -120,35 +127,102 @@ def random_gaps(count: int, console: Console) -> dict[str, Any]:
         stats = _stats(values)
         summary[f"{name}_gap"] = stats
         table.add_row(f"{name} gap", *(f"{stats[k]:.1%}" for k in ("mean", "p95", "max")))
-    summary["milp_seconds"] = _stats(times)
-    table.add_row("MILP seconds", *(f"{summary['milp_seconds'][k]:.2f}"
-                                    for k in ("mean", "p95", "max")))
+    summary["milp_cpu_seconds"] = _stats(times)
+    table.add_row("MILP CPU s", *(f"{summary['milp_cpu_seconds'][k]:.2f}"
+                                  for k in ("mean", "p95", "max")))
     console.print(table)
     return summary
 
 
-def goal_runs(seeds: range, console: Console) -> list[dict[str, Any]]:
-    table = Table(title="(c) goal: 200 tasks, 3 types, max 30 reserved each; "
-                        f"MILP limit {MILP_TIME_LIMIT_S:g} s")
-    table.add_column("family", no_wrap=True)
-    for column in ("seed", "first fit", "ffd", "MILP", "status", "gap", "seconds"):
-        table.add_column(column, justify="right")
+def family_runs(seeds: range, tasks: int | None, title: str, console: Console
+                ) -> list[dict[str, Any]]:
+    """The MILP (10 s CPU) on one instance per family and seed, with first fit and FFD."""
     runs = []
-    for family, make in (("independent", goal_instance), ("correlated", correlated_instance)):
+    for family in FAMILIES:
         for seed in seeds:
-            instance = make(seed)
+            instance = family_instance(family, seed, tasks)
             result = solve_milp(instance, MILP_TIME_LIMIT_S)
-            run = {"family": family, "seed": seed,
-                   "first_fit_cost": first_fit(instance).total_cost,
-                   "ffd_cost": first_fit_decreasing(instance).total_cost,
-                   "milp_cost": result.plan.total_cost, "status": result.status,
-                   "gap": result.gap, "solve_seconds": result.solve_seconds}
-            runs.append(run)
-            table.add_row(family, str(seed), f"{run['first_fit_cost']:.2f}",
-                          f"{run['ffd_cost']:.2f}", f"{run['milp_cost']:.2f}", run["status"],
-                          f"{run['gap']:.2%}", f"{run['solve_seconds']:.2f}")
-    console.print(table)
+            best = result.plan.total_cost
+            runs.append({
+                "family": family.name, "seed": seed, "tasks": len(instance.tasks),
+                "node_types": len(instance.node_types),
+                "first_fit_cost": first_fit(instance).total_cost,
+                "ffd_cost": first_fit_decreasing(instance).total_cost,
+                "milp_cost": best, "lower_bound": result.lower_bound, "status": result.status,
+                "gap": result.gap, "cpu_seconds": result.cpu_seconds,
+                "wall_seconds": result.solve_seconds,
+            })
+            console.log(f"{family.name} seed {seed}: {len(instance.tasks)} tasks, "
+                        f"gap {result.gap:.2%}, {result.cpu_seconds:.1f} s CPU")
+    _family_table(runs, title, console)
     return runs
+
+
+def family_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per family: share proven within 1%, gap mean/p95/max, first fit's and FFD's gaps."""
+    rows = []
+    for family in FAMILIES:
+        mine = [r for r in runs if r["family"] == family.name]
+        if not mine:
+            continue
+        gaps = [r["gap"] for r in mine]
+        rows.append({
+            "family": family.name, "instances": len(mine),
+            "proven_within_1pct": sum(g <= 0.01 for g in gaps) / len(gaps),
+            "gap": _stats(gaps),
+            "first_fit_gap": _stats([r["first_fit_cost"] / r["milp_cost"] - 1 for r in mine]),
+            "ffd_gap": _stats([r["ffd_cost"] / r["milp_cost"] - 1 for r in mine]),
+            "cpu_seconds": _stats([r["cpu_seconds"] for r in mine]),
+        })
+    return rows
+
+
+def _family_table(runs: list[dict[str, Any]], title: str, console: Console) -> None:
+    table = Table(title=title, padding=(0, 1))
+    table.add_column("family", no_wrap=True)
+    for column in ("n", "<=1%", "mean", "p95", "max", "FF", "FFD", "CPU s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in family_summary(runs):
+        table.add_row(row["family"], str(row["instances"]), f"{row['proven_within_1pct']:.0%}",
+                      *(f"{row['gap'][k]:.2%}" for k in ("mean", "p95", "max")),
+                      f"{row['first_fit_gap']['mean']:+.0%}", f"{row['ffd_gap']['mean']:+.0%}",
+                      f"{row['cpu_seconds']['max']:.1f}")
+    gaps = [r["gap"] for r in runs]
+    table.add_row("all", str(len(runs)), f"{sum(g <= 0.01 for g in gaps) / len(gaps):.0%}",
+                  *(f"{_stats(gaps)[k]:.2%}" for k in ("mean", "p95", "max")), "", "", "",
+                  style="bold")
+    console.print(table)
+    console.print("<=1%: share of instances proven within 1%; mean, p95, max: the proven gap, "
+                  "(MILP cost - lower bound) / MILP cost, at the time limit; FF, FFD: first fit's "
+                  "and first-fit-decreasing's mean cost above the MILP's plan; CPU s: the "
+                  "longest solve.")
+
+
+def plot_families(runs: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Proven gap per instance by family, with first fit's and FFD's gaps to the best plan."""
+    fig = Figure(figsize=(10, 5.5))
+    ax_gap, ax_heur = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1, 1]})
+    names = [f.name for f in FAMILIES if any(r["family"] == f.name for r in runs)]
+    for y, name in enumerate(names):
+        mine = [r for r in runs if r["family"] == name]
+        ax_gap.scatter([100 * r["gap"] for r in mine], [y] * len(mine), color="tab:blue",
+                       alpha=0.7, s=18)
+        for key, color, dy in (("first_fit_cost", "tab:red", -0.15), ("ffd_cost", "tab:orange",
+                                                                        0.15)):
+            ax_heur.scatter([100 * (r[key] / r["milp_cost"] - 1) for r in mine],
+                            [y + dy] * len(mine), color=color, alpha=0.7, s=14)
+    for limit, style in ((1, "--"), (2, ":")):
+        ax_gap.axvline(limit, color="grey", linestyle=style, linewidth=1)
+    ax_gap.set_yticks(range(len(names)), names, fontsize="small")
+    ax_gap.set_xlabel("MILP proven gap at the time limit (%)")
+    ax_heur.set_xlabel("cost above the MILP's plan (%)")
+    ax_heur.scatter([], [], color="tab:red", label="first fit")
+    ax_heur.scatter([], [], color="tab:orange", label="first-fit-decreasing")
+    ax_heur.legend(fontsize="small", loc="lower right")
+    ax_gap.invert_yaxis()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -161,22 +235,46 @@ def _stats(values: list[float]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="20 random instances and one goal instance per family")
+                        help="20 random instances, one 200-task instance per family and no "
+                             "mixed sizes")
     parser.add_argument("--out", type=Path, help="where to write (default: bench/results)")
     args = parser.parse_args(argv)
     out = args.out or results_dir("allocation", args.quick)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console()
+    # Wide enough for the family tables even when the output is a pipe (80 columns by default).
+    console = Console(width=max(Console().width, 100))
+    load_before = _load()
 
     curve = u_curve(console)
     plot_u_curve(curve, out / "u_curve.png")
-    results = {
+    random_summary = random_gaps(20 if args.quick else 100, console)
+    goal_title = (f"(c) goal: 200 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU")
+    goal = family_runs(range(1 if args.quick else GOAL_SEEDS), 200, goal_title, console)
+    plot_families(goal, out / "families.png", goal_title)
+    results: dict[str, Any] = {
+        "load_average_before": load_before,
         "u_curve": curve,
-        "random": random_gaps(20 if args.quick else 100, console),
-        "goal": goal_runs(range(1 if args.quick else 5), console),
+        "random": random_summary,
+        "goal": {"runs": goal, "summary": family_summary(goal)},
+        "load_average_after": _load(),
     }
+    # Written now and again after (d), so that a long run's first results are kept.
     (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
-    console.print(f"wrote {out / 'u_curve.png'} and {out / 'allocation.json'}")
+    if not args.quick:
+        sizes_title = f"(d) 50-400 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU"
+        sizes = family_runs(range(100, 100 + SIZE_SEEDS), None, sizes_title, console)
+        results["sizes"] = {"runs": sizes, "summary": family_summary(sizes)}
+        results["load_average_after"] = _load()
+        (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
+    console.print(f"load average (1, 5, 15 min) before {load_before}, after "
+                  f"{results['load_average_after']}; the limit is CPU time, so load stretches "
+                  "wall time only")
+    console.print(f"wrote {out / 'u_curve.png'}, {out / 'families.png'} and "
+                  f"{out / 'allocation.json'}")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 if __name__ == "__main__":

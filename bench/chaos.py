@@ -6,13 +6,22 @@ node's peak memory. A last run crawls a small normal web and every hostile host 
 run the table shows the outcome (rows per error class, and per HTTP status >= 300), the pages
 fetched against those a robust crawler must fetch, pages lost (expected but not fetched, or
 known to the crawl and left without a final fetches row), duplicates (URLs with more than one
-final row), worker threads that died, and the node's peak RSS.
+final row), the requests the hostile hosts received (counted by websim) and the URL family
+(crawler/traps.py) that took most of them, worker threads that died, the node's peak RSS and
+the time to finish.
+
+Then the hostile site of issue 13 (`hostile_site`: about 40 good pages among an endless
+calendar with session ids, 100,000 dead links, a trap deep inside its documentation, a
+redirect loop, an out-of-scope redirect, a 1 GB body and a gzip bomb; next to a server whose
+robots.txt answers 500) is crawled with DEFAULT settings by `crawlflow crawl` (Prefect flow,
+Ray nodes), and checked: finished in under 5 minutes, at most 500 requests in any trap, every
+good page requested exactly once, every URL fetched or recorded with a reason.
 
     .venv/bin/python -m bench.chaos [--scenarios drip gzip_bomb ...] [--parallel 4] [--json PATH]
 
 Goals: no crashes, no page lost, no duplicates, peak RSS under 500 MB with the 1 GB body and
-the gzip bomb. Size limits are the defaults (10 MB); timeouts, retries and the trap limit are
-shortened so that the run takes minutes, not hours (see CHAOS_SETTINGS).
+the gzip bomb. Size limits are the defaults (10 MB); timeouts and retries are shortened so
+that the run takes minutes, not hours (see CHAOS_SETTINGS).
 """
 
 from __future__ import annotations
@@ -20,8 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +47,7 @@ from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
 from crawler.politeness import is_retryable
+from crawler.traps import url_family
 from crawler.urls import canonical_url, host_key
 from storage.views import connect
 from websim import WebSim, WebSpec
@@ -45,7 +58,6 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "read_timeout_s": 2.0,
     "fetch_timeout_s": 5.0,
     "robots_retry_s": 1.0,
-    "trap_max_urls_per_pattern": 100,
     "write_interval_s": 1.0,
     "rate_control": {
         "retry_after_max_s": 3.0,
@@ -55,7 +67,10 @@ CHAOS_SETTINGS: dict[str, Any] = {
     },
 }
 ALL = "everything_at_once"
+DEFAULTS_CLI = "hostile_site_defaults"  # the hostile site by `crawlflow crawl`, default settings
 RUN_TIMEOUT_S = 300.0
+CLI_GOAL_S = 300.0
+TRAP_GOAL_REQUESTS = 500
 
 
 @dataclass
@@ -69,6 +84,8 @@ class CrawlReport:
     peak_rss_mb: float  # of the process that ran the node
     seconds: float
     finished: bool  # the crawl ended by itself within the time limit
+    requests: int = 0  # the scenario's hosts received, robots.txt included
+    families: dict[str, int] | None = None  # requests per URL family, most first
 
 
 def crawl_in_process(
@@ -145,37 +162,131 @@ def _run(
     )
 
 
+def families_requested(log: list[dict], hosts: set[str]) -> dict[str, int]:
+    """Requests to `hosts` per URL family of their targets, most first."""
+    counts = Counter(
+        url_family("http://h" + entry["path"]) for entry in log if entry["host"] in hosts
+    )
+    return dict(counts.most_common())
+
+
 def _cell(report: CrawlReport) -> list[str]:
     outcome = ", ".join(f"{name} x{count}" for name, count in list(report.outcome.items())[:3])
     if len(report.outcome) > 3:
         outcome += ", ..."
+    top = next(iter((report.families or {}).items()), None)
     return [
         (outcome or "ok") if report.finished else "did not finish",
         f"{report.fetched}/{report.expected}",
         str(len(report.lost)),
         str(report.duplicates),
+        str(report.requests),
+        f"{top[0][:30]} x{top[1]}" if top else "-",
         str(report.crashes),
         f"{report.peak_rss_mb:.0f}",
         f"{report.seconds:.1f}",
     ]
 
 
+def crawl_with_cli(seeds: list[str], out_root: Path) -> tuple[Path, float, int]:
+    """`crawlflow crawl SEEDS --allow-private` with default settings, in a process of its own
+    (an ephemeral Prefect API, a local Ray); returns the crawl directory, the seconds the
+    command took, and its exit code."""
+    command = [sys.executable, "-m", "crawlflow", "crawl", *seeds, "--allow-private"]
+    command += ["--out", str(out_root), "--crawl-id", "hostile-site"]
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, timeout=2 * CLI_GOAL_S, check=False
+        )
+        code = done.returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    return out_root / "hostile-site", time.monotonic() - started, code
+
+
+def hostile_site_with_defaults(sim: WebSim) -> dict[str, Any]:
+    """The hostile site of issue 13 through the real command with default settings."""
+    site, robots = sim.hostile_host("hostile_site"), sim.hostile_host("robots_500")
+    seeds = [sim.hostile_url("hostile_site"), sim.hostile_url("robots_500")]
+    expected = sim.hostile_expected("hostile_site")
+    out_root = Path(tempfile.mkdtemp(prefix="chaos-cli-"))
+    sim.request_log(clear=True)
+    try:
+        crawl_dir, seconds, code = crawl_with_cli(seeds, out_root)
+        log = sim.request_log()
+        result = analyse(crawl_dir, seeds, expected) if code == 0 else None
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+    counts = Counter(e["path"] for e in log if e["host"] == site)
+    good = ["/" + url.split("/", 3)[3] for url in expected]
+    return {
+        "exit_code": code,
+        "seconds": round(seconds, 1),
+        "requests": sum(counts.values()),
+        "families": families_requested(log, {site}),
+        "good_pages": len(good),
+        "good_pages_once": sum(1 for path in good if counts[path] == 1),
+        "lost": None if result is None else result["lost"],
+        "duplicates": None if result is None else result["duplicates"],
+        "outcome": None if result is None else result["outcome"],
+        "robots_500_requests": sum(
+            1 for e in log if e["host"] == robots and e["path"] != "/robots.txt"
+        ),
+        "offsite_requests": sum(1 for e in log if e["path"] == "/from-hostile-redirect"),
+    }
+
+
+def print_hostile_site(result: dict[str, Any]) -> None:
+    traps = {f: n for f, n in result["families"].items() if f not in ("/", "/docs/", "/blog/")}
+    worst = max(traps.values(), default=0)
+    print(
+        f"\n{DEFAULTS_CLI}: `crawlflow crawl` with default settings (Prefect + Ray), "
+        f"exit code {result['exit_code']}"
+    )
+    print(f"  finished in {result['seconds']} s (goal < {CLI_GOAL_S:.0f} s, start-up included)")
+    print(f"  requests to the site: {result['requests']}; per URL family: {result['families']}")
+    print(f"  most requests in one trap family: {worst} (goal <= {TRAP_GOAL_REQUESTS})")
+    print(
+        f"  good pages requested exactly once: {result['good_pages_once']}/{result['good_pages']}"
+    )
+    lost = result["lost"]
+    print(
+        f"  URLs neither fetched nor recorded with a reason: {'?' if lost is None else len(lost)}"
+        f"; duplicates: {result['duplicates']}; rows by outcome: {result['outcome']}"
+    )
+    print(
+        f"  requests past robots.txt to the robots-500 server: {result['robots_500_requests']}; "
+        f"to the out-of-scope redirect target: {result['offsite_requests']}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, ALL])
+    parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, ALL, DEFAULTS_CLI])
     parser.add_argument("--parallel", type=int, default=4, help="crawls at once")
     parser.add_argument("--json", type=Path, help="write the reports here")
     args = parser.parse_args()
-    names = args.scenarios or [*SCENARIOS, ALL]
+    names = args.scenarios or [*SCENARIOS, ALL, DEFAULTS_CLI]
 
     spec = WebSpec(
         hosts=4, pages=200, seed=5, rate_limit_rps=None, latency_ms=(1.0, 3.0),
         hostile=tuple(SCENARIOS),
     )  # fmt: skip
     reports: dict[str, CrawlReport] = {}
+    hostile_site: dict[str, Any] | None = None
+    offsite: list[dict] = []
     with WebSim(spec) as sim:
         runs = {}
         for name in names:
+            if name == DEFAULTS_CLI:
+                continue
             if name == ALL:
                 seeds = [sim.hub_url] + [sim.hostile_url(s) for s in SCENARIOS]
                 scope = sim.servers
@@ -187,6 +298,8 @@ def main() -> None:
                 seeds, scope = [sim.hostile_url(name)], [sim.hostile_host(name)]
                 expected = sim.hostile_expected(name)
             runs[name] = (seeds, scope, sorted(expected), CHAOS_SETTINGS)
+        hosts_of = {name: {s.split("/")[2] for s in runs[name][0]} for name in runs}
+        sim.request_log(clear=True)
         # A fresh process per crawl: its peak RSS is that crawl's alone. The all-at-once run
         # goes last: its scope includes the server the offsite redirect points to.
         context = multiprocessing.get_context("spawn")
@@ -196,19 +309,31 @@ def main() -> None:
                 for name, future in futures.items():
                     reports[name] = future.result()
                     print(f"{name}: done in {reports[name].seconds:.1f}s", flush=True)
+                log = sim.request_log(clear=True)
+                for name in batch:
+                    mine = [e for e in log if e["host"] in hosts_of[name]]
+                    reports[name].requests = len(mine)
+                    reports[name].families = families_requested(mine, hosts_of[name])
                 if ALL not in batch:
-                    log = sim.request_log()
                     offsite = [e for e in log if e["path"] == "/from-hostile-redirect"]
+        if DEFAULTS_CLI in names:
+            hostile_site = hostile_site_with_defaults(sim)
 
-    header = ["scenario", "outcome", "pages", "lost", "dup", "crash", "peak MB", "s"]
+    header = ["scenario", "outcome", "pages", "lost", "dup", "requests", "top family", "crash"]
+    header += ["peak MB", "s"]
     table = [header] + [[name, *_cell(report)] for name, report in reports.items()]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     print(f"requests to the out-of-scope redirect target (one-scenario runs): {len(offsite)}")
     print(f"settings: {CHAOS_SETTINGS}, the rest defaults")
+    if hostile_site is not None:
+        print_hostile_site(hostile_site)
     if args.json:
-        args.json.write_text(json.dumps({n: asdict(r) for n, r in reports.items()}, indent=2))
+        results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
+        if hostile_site is not None:
+            results[DEFAULTS_CLI] = hostile_site
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

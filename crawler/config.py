@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crawler.ratecontrol import RateControlConfig
 from crawler.scheduling import Policy
+from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
 
 
@@ -57,8 +58,25 @@ class CrawlConfig(BaseModel):
         MAX_URL_LENGTH, ge=16, le=MAX_URL_LENGTH, description="longer URLs are not fetched"
     )
     max_pages_per_host: int = Field(100_000, ge=1, description="URLs fetched per server")
+    strip_params: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_STRIP_PARAMS),
+        description="query/path parameters removed from URLs (session ids, tracking); name* "
+        "is a prefix",
+    )
     trap_max_urls_per_pattern: int = Field(
-        10_000, ge=1, description="URLs fetched per server and path pattern (digits masked)"
+        100,
+        ge=1,
+        description="URLs fetched per server and path pattern (digits masked), plus one per "
+        "page of the pattern with new content",
+    )
+    max_depth_per_host: int = Field(
+        30, ge=0, description="links followed inside one server from where the crawl entered it"
+    )
+    family_error_budget: int = Field(
+        20,
+        ge=1,
+        description="404/410/failed fetches in a row in one URL family of a server before its "
+        "other URLs are skipped",
     )
     trap_max_segment_repeats: int = Field(
         3, ge=1, description="times one path segment may occur in a URL's path"
@@ -106,7 +124,12 @@ class CrawlConfig(BaseModel):
     )
     surcharge_check_s: float = Field(10.0, gt=0, description="interval of that projection")
     # What the plan step assumes of servers it has no earlier crawl of (see tasks/allocate.py).
-    time_budget_s: float = Field(3600.0, gt=0, description="the crawl should finish within this")
+    time_budget_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the deadline: the crawl stops this many seconds after its start, and "
+        "what is left is recorded for a resumed run",
+    )
     expected_pages_per_host: int = Field(1000, ge=1)
     expected_page_kb: float = Field(50.0, gt=0)
     expected_pages_per_s_per_host: float = Field(10.0, gt=0, description="politeness rate")

@@ -54,6 +54,7 @@ class NodeHandle(Protocol):
     ) -> None: ...
     def flush(self) -> None: ...
     def start(self) -> None: ...
+    def expire(self) -> int: ...
 
 
 class ExchangeView(Protocol):
@@ -125,6 +126,7 @@ class Coordinator:
         self._lost: list[str] = []
         self._last_surcharge = self.started
         self._samples: deque[tuple[float, int]] = deque()  # (time, URLs done) for projections
+        self.left_at_deadline: int | None = None  # URLs the nodes held when the deadline came
 
     # ---- start -------------------------------------------------------------------------------
 
@@ -176,8 +178,11 @@ class Coordinator:
         on_progress: Callable[[Progress], None] | None = None,
         progress_every_s: float = 2.0,
         max_s: float | None = None,
+        deadline_s: float | None = None,
     ) -> Progress:
-        """Until the crawl is over, or `max_s` seconds after the start (benchmarks)."""
+        """Until the crawl is over, or `max_s` seconds after the start (benchmarks stop
+        watching), or `deadline_s` seconds after the start: then the nodes stop and record
+        what they hold as left at the deadline (`expire`), for a resumed run."""
         last_report = time.monotonic()
         previous_activity: int | None = None
         while True:
@@ -198,6 +203,14 @@ class Coordinator:
             activity = sum(s["activity"] for s in statuses) + (snapshot["ops"] if snapshot else 0)
             quiet = not moved and not self._lost and self._quiet(statuses, snapshot)
             over = max_s is not None and progress.elapsed_s >= max_s
+            if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
+                self.left_at_deadline = sum(
+                    self._call(node_id, "expire") or 0 for node_id in list(self.nodes)
+                )
+                logger.warning(
+                    "deadline of %.0fs reached: %d URLs left", deadline_s, self.left_at_deadline
+                )
+                over = True
             if over or (quiet and activity == previous_activity):
                 self._finish()
                 return progress
@@ -397,5 +410,6 @@ class Coordinator:
             "added_node_s": round(seconds["added"], 3),
             # What the plan reserved: its nodes for the whole time budget.
             "budgeted_node_s": planned * self.surcharge.budget_s if self.surcharge else None,
+            "left_at_deadline": self.left_at_deadline,
             "nodes": rows,
         }

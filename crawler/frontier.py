@@ -22,6 +22,7 @@ import heapq
 import itertools
 from bisect import insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,6 +35,7 @@ from crawler.scheduling import (
     StatsPrior,
     make_policy,
 )
+from crawler.traps import url_family
 
 
 @dataclass(slots=True)
@@ -42,6 +44,8 @@ class UrlTask:
     depth: int
     attempt: int = 1
     quality: float = 0.0  # fixed when the URL was discovered (SPEC §3)
+    host_depth: int = 0  # links from where the crawl entered the URL's server
+    urgent: bool = False  # goes before its server's round of families (a recrawl's changed URL)
 
 
 class UrlQueue(Protocol):
@@ -52,6 +56,7 @@ class UrlQueue(Protocol):
     def push_front(self, task: UrlTask) -> None: ...
     def pop(self) -> UrlTask: ...
     def drain(self) -> list[UrlTask]: ...
+    def drain_family(self, family: str) -> list[UrlTask]: ...
     def set_head_size(self, size: int) -> None: ...
     def best_quality(self) -> float: ...
     def top_quality_sum(self) -> float: ...
@@ -180,6 +185,140 @@ class QualityUrls:
     def top_quality_sum(self) -> float:
         return self._head_sum
 
+    def head_qualities(self) -> list[float]:
+        """The qualities of the head, best first."""
+        return [-entry[0] for entry in self._head]
+
+
+_URGENT = "!urgent"  # the key of urgent URLs; every real family starts with "/"
+
+
+class FairUrls:
+    """A server's queue: round-robin between its URL families (crawler.traps.url_family),
+    each family's URLs in the policy's order (best quality first, or first in, first out).
+
+    So no family starves the others: a link from the front page waits for at most one URL of
+    each other family, however many URLs a calendar or a page of 100,000 links queued before
+    it. A family joins the round at the back when it gets its first URL; a URL put back goes
+    first again. For ranking the server, the queue reports the qualities of the URLs it will
+    really give next: the head of the family whose turn it is (quality-first), or the sum over
+    the next `head_size` URLs of the round (crawl-capability, computed when asked after a
+    change, O(head_size)). Urgent URLs (a recrawl's URLs whose sitemap says they changed) go
+    before the round, in the policy's order.
+    """
+
+    __slots__ = ("_families", "_turns", "_make", "_quality", "_head_size", "_size", "_sum")
+
+    def __init__(self, quality_ordered: bool, head_size: int = 1) -> None:
+        self._families: dict[str, FifoUrls | QualityUrls] = {}
+        self._turns: deque[str] = deque()  # families with URLs, the one whose turn it is first
+        self._quality = quality_ordered
+        self._make: Callable[[], FifoUrls | QualityUrls] = (
+            (lambda: QualityUrls(self._head_size)) if quality_ordered else FifoUrls
+        )
+        self._head_size = max(1, head_size)
+        self._size = 0
+        self._sum: float | None = None  # top_quality_sum, None once stale
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _family_queue(self, family: str) -> FifoUrls | QualityUrls:
+        queue = self._families.get(family)
+        if queue is None:
+            queue = self._families[family] = self._make()
+        return queue
+
+    def push(self, task: UrlTask) -> None:
+        family = _URGENT if task.urgent else url_family(task.url)
+        queue = self._family_queue(family)
+        if not queue and family is not _URGENT:
+            self._turns.append(family)
+        queue.push(task)
+        self._size += 1
+        self._sum = None
+
+    def push_front(self, task: UrlTask) -> None:
+        family = _URGENT if task.urgent else url_family(task.url)
+        queue = self._family_queue(family)
+        if family is not _URGENT:
+            if queue:
+                self._turns.remove(family)  # rare (a URL put back): O(families) is fine
+            self._turns.appendleft(family)
+        queue.push_front(task)
+        self._size += 1
+        self._sum = None
+
+    def pop(self) -> UrlTask:
+        urgent = self._families.get(_URGENT)
+        if urgent:
+            family, queue = _URGENT, urgent
+        else:
+            family = self._turns[0]
+            queue = self._families[family]
+        task = queue.pop()
+        if queue:
+            if family is not _URGENT:
+                self._turns.rotate(-1)
+        else:
+            if family is not _URGENT:
+                self._turns.popleft()
+            del self._families[family]
+        self._size -= 1
+        self._sum = None
+        return task
+
+    def drain(self) -> list[UrlTask]:
+        tasks = [task for queue in self._families.values() for task in queue.drain()]
+        self._families.clear()
+        self._turns.clear()
+        self._size = 0
+        self._sum = None
+        return tasks
+
+    def drain_family(self, family: str) -> list[UrlTask]:
+        """Take out every URL of one family (it kept failing)."""
+        queue = self._families.pop(family, None)
+        if queue is None:
+            return []
+        self._turns.remove(family)
+        tasks = queue.drain()
+        self._size -= len(tasks)
+        self._sum = None
+        return tasks
+
+    def set_head_size(self, size: int) -> None:
+        size = max(1, size)
+        if size != self._head_size:
+            self._head_size = size
+            for queue in self._families.values():
+                queue.set_head_size(size)
+            self._sum = None
+
+    def best_quality(self) -> float:
+        urgent = self._families.get(_URGENT)
+        if urgent:
+            return urgent.best_quality()
+        return self._families[self._turns[0]].best_quality() if self._turns else 0.0
+
+    def top_quality_sum(self) -> float:
+        if not self._quality:
+            return 0.0
+        if self._sum is None:
+            families = self._families
+            heads = [families[family].head_qualities() for family in self._turns]  # type: ignore[union-attr]
+            urgent = families[_URGENT].head_qualities() if _URGENT in families else []  # type: ignore[union-attr]
+            total = sum(urgent[: self._head_size])
+            left, depth = self._head_size - min(self._head_size, len(urgent)), 0
+            while left and heads:
+                heads = [head for head in heads if depth < len(head)]
+                for head in heads[:left]:
+                    total += head[depth]
+                left -= min(left, len(heads))
+                depth += 1
+            self._sum = total
+        return self._sum
+
 
 class _Tally:
     """URLs queued in the whole frontier, kept by the servers as they change (O(1) status)."""
@@ -201,7 +340,7 @@ class Server:
     host: str
     controller: HostRateController
     requests_per_connection: int  # for a new server; what it allows is learned in `stats`
-    queue: UrlQueue = field(default_factory=FifoUrls)
+    queue: UrlQueue = field(default_factory=lambda: FairUrls(quality_ordered=False))
     # URLs waiting for a retry, by the time they may go again: (not_before, order, task).
     retries: list[tuple[float, int, UrlTask]] = field(default_factory=list)
     busy: bool = False
@@ -267,6 +406,13 @@ class Server:
         self.tally.urls -= len(tasks)
         return tasks
 
+    def drain_family(self, family: str) -> list[UrlTask]:
+        """Take out the queued new URLs of one URL family (retries stay: each is checked when
+        it is due)."""
+        tasks = self.queue.drain_family(family)
+        self.tally.urls -= len(tasks)
+        return tasks
+
 
 _retry_order = itertools.count()  # breaks ties in the retry heap without comparing tasks
 
@@ -303,8 +449,7 @@ class Frontier:
             self._estimate_weight,
         )
         tasks = server.queue.drain()
-        if self.policy.quality_ordered_urls:
-            server.queue = QualityUrls(self.policy.head_size(server))
+        server.queue = FairUrls(self.policy.quality_ordered_urls, self.policy.head_size(server))
         for task in tasks:
             server.queue.push(task)
         server.tally = self._tally

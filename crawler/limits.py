@@ -1,76 +1,40 @@
-"""Which URLs a crawl fetches at all: URL length, per-server page budget, and trap heuristics.
+"""Which URLs a crawl fetches at all: URL length, per-server page budget, trap heuristics and
+error budgets.
 
 A server can mint URLs without end: a calendar whose "next month" link never runs out, a fresh
 session id in every link, a relative link that nests itself (`x/` on `/a/x/` gives `/a/x/x/`).
 No single fetch fails; the harm is an ever-growing set of URLs on one server. Session ids are
-removed from discovered URLs (one page under many session ids is one URL); every other rule is
-checked by the node just before a URL's first fetch, and a refusal is recorded as a fetches row
-like any other failure.
+removed from discovered URLs (crawler/traps.py); every rule here is checked by the node just
+before a URL's first fetch, and a refusal is recorded as a fetches row like any other failure:
+
+- a URL pattern (path, numbered segments masked, query values dropped) of a server gets
+  `trap_max_urls_per_pattern` URLs, plus one for every page of it fetched whose content shape
+  (crawler/traps.py) is new to the pattern: a documentation directory of a thousand distinct
+  pages is crawled whole, a thousand calendar months from one template are not;
+- a path segment may occur `trap_max_segment_repeats` times in a path;
+- a URL may be `max_depth_per_host` links away from where the crawl entered its server;
+- after `family_error_budget` failures in a row (404, 410, or given up) in one URL family
+  (crawler/traps.py) of a server, that family's other URLs are skipped, not fetched.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from crawler.config import CrawlConfig
-
-# Query and path parameter names that carry session ids (Java, PHP, ASP, ColdFusion, and the
-# generic ones), compared case-insensitively.
-SESSION_PARAMS = frozenset(
-    {
-        "jsessionid",
-        "phpsessid",
-        "aspsessionid",
-        "sid",
-        "sessid",
-        "sessionid",
-        "session_id",
-        "cfid",
-        "cftoken",
-        "oscsid",
-        "zenid",
-    }
-)
-_PATH_SESSION = re.compile(
-    r";(?:" + "|".join(sorted(SESSION_PARAMS)) + r")=[^/;?#]*", re.IGNORECASE
-)
-_HAS_DIGIT = re.compile(r"[^/]*\d[^/]*")
-
-
-def strip_session_ids(url: str) -> str:
-    """The URL without session-id query parameters or `;jsessionid=`-style path parameters.
-
-    Only whole parameters are dropped and the rest is left as written, so a canonical URL stays
-    canonical.
-    """
-    if "?" not in url and ";" not in url:
-        return url  # no query and no path parameters: nothing to strip (the common case, fast)
-    parts = urlsplit(url)
-    path = _PATH_SESSION.sub("", parts.path)
-    query = "&".join(
-        pair
-        for pair in parts.query.split("&")
-        if pair and pair.split("=", 1)[0].lower() not in SESSION_PARAMS
-    )
-    if path == parts.path and query == parts.query:
-        return url
-    return urlunsplit((parts.scheme, parts.netloc, path, query, parts.fragment))
-
-
-def path_pattern(path: str, query: str) -> str:
-    """The shape of a URL: path segments with a digit masked, query values dropped.
-    `/cal/2024/5?view=week` and `/cal/1999/12?view=day` are both `/cal/*/*?`."""
-    return _HAS_DIGIT.sub("*", path) + ("?" if query else "")
-
+from crawler.traps import path_pattern, url_family
 
 # Error classes of URLs refused before any request; like robots.txt refusals, they do not
 # spend the --max-pages budget.
-REFUSAL_CLASSES = ("url_too_long", "trap", "host_budget")
+REFUSAL_CLASSES = ("url_too_long", "trap", "host_budget", "skipped")
+# The detail of a `skipped` row: the crawl reached its deadline before fetching the URL (a
+# resumed crawl fetches it), or its URL family kept failing (final).
+DEADLINE = "skipped: deadline"
+FAMILY_ERRORS = "skipped: pattern_errors"
 # Error classes of fetches rows whose URL never passed `UrlLimits.admit`: refused by robots.txt
 # or a limit, or failed with their whole server (its address refused, robots.txt unavailable).
 NOT_ADMITTED_CLASSES = (
@@ -83,26 +47,39 @@ NOT_ADMITTED_CLASSES = (
 
 @dataclass
 class ServerCounts:
-    """What one server has used of the limits: URLs admitted, in all and per URL shape. It
-    travels with the server when the server moves to another node."""
+    """What one server has used of the limits: URLs admitted, in all and per URL pattern; the
+    budget its patterns earned; the failure runs of its URL families. It travels with the
+    server when the server moves to another node."""
 
     pages: int = 0
     patterns: Counter[str] = field(default_factory=Counter)
+    credits: Counter[str] = field(default_factory=Counter)  # earned budget per pattern
+    shapes: dict[str, set[int]] = field(default_factory=dict)  # content shapes per pattern
+    failures: Counter[str] = field(default_factory=Counter)  # failures in a row per family
+    closed: set[str] = field(default_factory=set)  # families whose other URLs are skipped
 
     def add(self, other: ServerCounts) -> None:
         self.pages += other.pages
         self.patterns.update(other.patterns)
+        self.credits.update(other.credits)
+        for pattern, shapes in other.shapes.items():
+            self.shapes.setdefault(pattern, set()).update(shapes)
+        self.failures.update(other.failures)
+        self.closed |= other.closed
 
 
 def counts_of(urls: Iterable[str]) -> dict[str, ServerCounts]:
     """Per server, the counts of URLs already admitted (a resumed crawl, or the servers of a
-    dead node, rebuild them from the output)."""
+    dead node, rebuild them from the output). The content shapes are not in the output: each
+    pattern is credited with what it used, so it gets its base budget afresh in the new run."""
     counts: dict[str, ServerCounts] = {}
     for url in urls:
         parts = urlsplit(url)
         server = counts.setdefault(parts.netloc, ServerCounts())
         server.pages += 1
-        server.patterns[path_pattern(parts.path, parts.query)] += 1
+        pattern = path_pattern(parts.path, parts.query)
+        server.patterns[pattern] += 1
+        server.credits[pattern] += 1
     return counts
 
 
@@ -116,9 +93,10 @@ class UrlLimits:
         self._servers: dict[str, ServerCounts] = {}
         self._lock = threading.Lock()
 
-    def admit(self, url: str) -> str | None:
+    def admit(self, url: str, host_depth: int = 0) -> str | None:
         """None if the URL may be fetched (it is then counted), else why not, "class: detail"
-        (`url_too_long`, `trap`, `host_budget`)."""
+        (`url_too_long`, `trap`, `host_budget`). `host_depth`: links from where the crawl
+        entered the URL's server."""
         config = self._config
         if len(url) > config.max_url_length:
             return f"url_too_long: {len(url)} characters, the limit is {config.max_url_length}"
@@ -128,20 +106,85 @@ class UrlLimits:
             segment, count = segments.most_common(1)[0]
             if count > config.trap_max_segment_repeats:
                 return f"trap: path segment {segment[:50]!r} occurs {count} times"
+        if host_depth > config.max_depth_per_host:
+            return (
+                f"trap: {host_depth} links into the server, the limit is "
+                f"{config.max_depth_per_host}"
+            )
         host = parts.netloc
         pattern = path_pattern(parts.path, parts.query)
         with self._lock:
             counts = self._servers.setdefault(host, ServerCounts())
             if counts.pages >= config.max_pages_per_host:
                 return f"host_budget: {config.max_pages_per_host} URLs fetched from {host}"
-            if counts.patterns[pattern] >= config.trap_max_urls_per_pattern:
+            budget = config.trap_max_urls_per_pattern + counts.credits[pattern]
+            if counts.patterns[pattern] >= budget:
                 return (
-                    f"trap: {config.trap_max_urls_per_pattern} URLs like {pattern[:100]} "
-                    "fetched already"
+                    f"trap: {budget} URLs like {pattern[:100]} fetched already, their pages "
+                    f"of {len(counts.shapes.get(pattern, ()))} shapes"
                 )
             counts.pages += 1
             counts.patterns[pattern] += 1
         return None
+
+    def wants_shape(self, url: str) -> bool:
+        """Whether the content shape of `url`'s page counts: once its pattern has used half
+        its base budget (a pattern that never gets there needs no credit, and most patterns
+        of a site with named pages hold one URL), so most pages are not hashed at all."""
+        parts = urlsplit(url)
+        with self._lock:
+            counts = self._servers.get(parts.netloc)
+            return (
+                counts is not None
+                and 2 * counts.patterns[path_pattern(parts.path, parts.query)]
+                >= self._config.trap_max_urls_per_pattern
+            )
+
+    def observe(self, url: str, shape: int) -> None:
+        """A page of `url` was fetched with this content shape: a shape new to its pattern
+        (past the first) earns the pattern one more URL."""
+        parts = urlsplit(url)
+        pattern = path_pattern(parts.path, parts.query)
+        with self._lock:
+            counts = self._servers.setdefault(parts.netloc, ServerCounts())
+            shapes = counts.shapes.setdefault(pattern, set())
+            if shape not in shapes:
+                if shapes:
+                    counts.credits[pattern] += 1
+                shapes.add(shape)
+
+    def credit(self, url: str) -> None:
+        """A revisited page answered 304 (unchanged since an earlier crawl fetched it): it
+        earns its pattern one URL, as a page of new content does; it has no body to shape."""
+        parts = urlsplit(url)
+        with self._lock:
+            counts = self._servers.setdefault(parts.netloc, ServerCounts())
+            counts.credits[path_pattern(parts.path, parts.query)] += 1
+
+    def outcome(self, url: str, failed: bool) -> bool:
+        """A fetch of `url` ended (finally: no retry to come), failed or not. True when this
+        failure closes its URL family: the node then skips the family's queued URLs."""
+        host = url.split("/", 3)[2]
+        family = url_family(url)
+        with self._lock:
+            counts = self._servers.setdefault(host, ServerCounts())
+            if not failed:
+                counts.failures.pop(family, None)
+                return False
+            counts.failures[family] += 1
+            if (
+                counts.failures[family] >= self._config.family_error_budget
+                and family not in counts.closed
+            ):
+                counts.closed.add(family)
+                return True
+            return False
+
+    def closed(self, url: str) -> bool:
+        """Whether `url`'s family has failed too often to be fetched any more."""
+        with self._lock:
+            counts = self._servers.get(url.split("/", 3)[2])
+            return counts is not None and bool(counts.closed) and url_family(url) in counts.closed
 
     def take(self, host: str) -> ServerCounts:
         """A server's counts, which leave with it."""

@@ -61,9 +61,7 @@ class LinkResolver:
 
     def __call__(self, href: str) -> str:
         """The canonical URL of `href`; BadUrl when it cannot be fetched."""
-        plain = (
-            _PLAIN_HREF.fullmatch(href) if self._plain_base and len(href) < self._room else None
-        )
+        plain = _PLAIN_HREF.fullmatch(href) if self._plain_base and len(href) < self._room else None
         resolved = self._resolve_plain(*plain.groups()) if plain else None
         return resolved if resolved is not None else _canonical(urljoin(self.base, href))
 
@@ -104,8 +102,7 @@ class LinkResolver:
 def _plain_host(host: str) -> bool:
     """Labels of letters, digits and inner hyphens: a name IDNA leaves as it is."""
     return all(
-        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-"
-        for label in host.split(".")
+        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-" for label in host.split(".")
     )
 
 

@@ -23,13 +23,14 @@ from crawler.config import CrawlConfig
 from crawler.exchange import HostState, PeerLink
 from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
-from crawler.limits import UrlLimits, counts_of, strip_session_ids
+from crawler.limits import DEADLINE, FAMILY_ERRORS, UrlLimits, counts_of
 from crawler.links import ParsedPage, parse_html
 from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller, make_in_flight_limit, make_retry_policy
 from crawler.recrawl import Revisits
 from crawler.sitemaps import SitemapEntry, read_sitemaps, sitemap_urls
+from crawler.traps import ParamStripper, content_shape, url_family
 from crawler.urls import Scope, canonical_url, host_key
 from storage.schema import COMMITTED_DATASETS, DATASETS, METRICS
 from storage.warc import WarcBatchWriter
@@ -82,6 +83,7 @@ class CrawlerNode:
         self._sessions: dict[str, ServerSession] = {}
         self._seen: set[str] = set()
         self._limits = UrlLimits(config)
+        self._strip_params = ParamStripper(config.strip_params)
         # URL -> redirects that led to it, for the URLs queued from a Location header.
         self._redirects: dict[str, int] = {}
         self._outbox: list[tuple[str, int]] = []
@@ -178,7 +180,8 @@ class CrawlerNode:
             for url, depth, attempt in pending:
                 self._seen.add(url)
                 host = host_key(url)
-                task = UrlTask(url, depth, attempt, self._score(url))
+                # The depth inside its server is not in the output: the crawl depth bounds it.
+                task = UrlTask(url, depth, attempt, self._score(url), host_depth=depth)
                 if attempt == 1:
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                 else:
@@ -323,7 +326,7 @@ class CrawlerNode:
                 self._redirects.update(state.redirects)
                 self._seen.update(state.seen)
                 for url, depth, attempt, quality in state.tasks:
-                    task = UrlTask(url, depth, attempt, quality)
+                    task = UrlTask(url, depth, attempt, quality, host_depth=depth)
                     if attempt == 1:
                         self._frontier.push(state.host, task, scheme=state.scheme)
                     else:
@@ -331,7 +334,7 @@ class CrawlerNode:
                 for url, depth in state.inbox:
                     if url not in self._seen:
                         self._seen.add(url)
-                        task = UrlTask(url, depth, quality=self._score(url))
+                        task = UrlTask(url, depth, quality=self._score(url), host_depth=depth)
                         self._frontier.push(state.host, task, scheme=state.scheme)
             self._ensure_workers()
             self.counters["activity"] += 1
@@ -486,13 +489,16 @@ class CrawlerNode:
             if not server.robots.allowed(task.url, self.config.user_agent):
                 self._refuse(task, "robots_disallowed")
                 continue
+            if self._limits.closed(task.url):
+                self._refuse(task, f"{FAMILY_ERRORS}: {url_family(task.url)[:100]}")
+                continue
             wait = server.controller.earliest_next() - time.monotonic()
             if wait > LINGER_S:
                 self._put_back(server, task)
                 return
             # Checked last: a URL put back above must not be counted twice. Retries were
             # admitted with their first try.
-            refusal = self._limits.admit(task.url) if task.attempt == 1 else None
+            refusal = self._limits.admit(task.url, task.host_depth) if task.attempt == 1 else None
             if refusal is not None:
                 self._refuse(task, refusal)
                 continue
@@ -511,6 +517,57 @@ class CrawlerNode:
                 return
             if not keep_connection:
                 return
+
+    def _skip_family(self, server: Server, family: str) -> None:
+        """A family of the server kept failing: its queued URLs are recorded as skipped, in
+        one go (a page of 100,000 dead links costs a few requests and one batch of rows)."""
+        with self._lock:
+            tasks = server.drain_family(family)
+        self._record_skipped(tasks, f"{FAMILY_ERRORS}: {family[:100]}")
+
+    def expire(self) -> int:
+        """The deadline: stop fetching (fetches under way end first), record every URL still
+        queued or waiting for a retry as `skipped: deadline` (a resumed crawl fetches them,
+        see storage/checkpoint.py), commit. Returns how many URLs were left."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        for worker in self._workers:
+            worker.join()
+        with self._lock:
+            tasks = [task for server in self._frontier.servers.values() for task in server.drain()]
+        self._record_skipped(tasks, DEADLINE)
+        self._output.flush()
+        return len(tasks)
+
+    def _record_skipped(self, tasks: list[UrlTask], error: str) -> None:
+        """One fetches row per URL not fetched, written as one batch."""
+        if not tasks:
+            return
+        now = datetime.now(UTC)
+        rows = []
+        for task in tasks:
+            parts = urlsplit(task.url)
+            rows.append(
+                {
+                    "crawl_id": self.crawl_id,
+                    "url": task.url,
+                    "url_host_name": parts.netloc,
+                    "url_path": parts.path,
+                    "fetch_time": now,
+                    "error": error,
+                    "node_id": self.node_id,
+                    "depth": task.depth,
+                    "attempt": task.attempt,
+                }
+            )
+        self._output.record({"fetches": rows})
+        with self._lock:
+            for task in tasks:
+                self._redirects.pop(task.url, None)
+            self.counters["fetches"] += len(rows)
+            self.counters["urls_done"] += len(rows)
+            self.counters["activity"] += 1
 
     def _refuse(self, task: UrlTask, error: str) -> None:
         """Record a URL that is not fetched (robots.txt, a limit): one row, budget returned."""
@@ -607,7 +664,7 @@ class CrawlerNode:
         with self._lock:
             for entry in entries:
                 try:
-                    url = strip_session_ids(canonical_url(entry.url))
+                    url = self._strip_params(canonical_url(entry.url))
                 except ValueError:
                     continue
                 if host_key(url) != server.host:
@@ -621,7 +678,7 @@ class CrawlerNode:
                 known = self._revisits is not None and self._revisits.known(url) is not None
                 if url not in self._seen and (boost or not known):
                     self._seen.add(url)
-                    task = UrlTask(url, 0, quality=self._score(url) + boost)
+                    task = UrlTask(url, 0, quality=self._score(url) + boost, urgent=bool(boost))
                     self._frontier.push(server.host, task, server.scheme)
                     added.append((url, 0))
             if raised:
@@ -630,6 +687,7 @@ class CrawlerNode:
                 for task in tasks:
                     if task.url in raised:
                         task.quality = self._score(task.url) + 1.0
+                        task.urgent = True
                     server.queue.push(task)
             if added:
                 self.counters["activity"] += 1
@@ -690,6 +748,17 @@ class CrawlerNode:
         if retry_in is None and is_retryable(result.status, result.error):
             # The last try of a URL that kept failing: the row says it was given up.
             result.error = f"gave_up: {result.error or result.status} after {task.attempt} tries"
+        if retry_in is None:
+            # A dead link, or no answer at all (given up): what a run of dead URLs gives.
+            failed = result.status in (404, 410) or (
+                result.status is None and result.error is not None
+            )
+            if self._limits.outcome(task.url, failed or (result.error or "").startswith("gave_up")):
+                self._skip_family(server, url_family(task.url))
+        if result.status == 304:
+            self._limits.credit(task.url)  # unchanged since an earlier crawl judged it
+        elif result.status is not None and self._limits.wants_shape(task.url):
+            self._limits.observe(task.url, content_shape(result.body))
         if retry_in is not None:
             self._record_fetch(result, task)
             # The URL waits; the server's own pause (Retry-After, a run of failures) is the
@@ -708,15 +777,13 @@ class CrawlerNode:
                 result.error = f"too_many_redirects: {hops} in a row, not to {location[:200]}"
             elif location:
                 discovered = self._discover(
-                    [location], task.url, task.depth, foreign, redirects=hops + 1
+                    [location], task, task.depth, foreign, redirects=hops + 1
                 )
         elif result.status == 200 and result.error is None and result.is_html:
             body, encoding = result.html_source()
             parsed = parse_html(body, result.url, encoding)
             page_row = self._page_row(result, task, parsed)
-            discovered = self._discover(
-                parsed.links, result.url, task.depth + 1, foreign, canonical=True
-            )
+            discovered = self._discover(parsed.links, task, task.depth + 1, foreign, canonical=True)
         self._record_fetch(result, task, page_row, discovered)
         # Sent only once their `discovered` rows are recorded: a takeover flushes the live
         # nodes' rows, then finds there every URL a dead node had been sent.
@@ -744,7 +811,7 @@ class CrawlerNode:
     def _discover(
         self,
         links: Iterable[str],
-        source_url: str,
+        source: UrlTask,
         depth: int,
         foreign: list[tuple[str, int]],
         redirects: int = 0,
@@ -757,12 +824,14 @@ class CrawlerNode:
         (parse_html's), which saves joining and canonicalizing them again."""
         if self.max_depth is not None and depth > self.max_depth:
             return []
+        source_url = source.url
+        source_host = source_url.split("/", 3)[2]
         targets: list[str] = []
         scope = self.scope.hosts
         for link in links:
             try:
                 url = link if canonical else canonical_url(urljoin(source_url, link))
-                url = strip_session_ids(url)
+                url = self._strip_params(url)
             except ValueError:  # BadUrl, or what urljoin cannot parse (a Location "http://[::1")
                 continue
             # A canonical URL reads scheme://server/...: the server is the third "/" field.
@@ -778,7 +847,9 @@ class CrawlerNode:
                 host = url.split("/", 3)[2]
                 if host in self._owned:
                     self._seen.add(url)
-                    task = UrlTask(url, depth, quality=self._score(url))
+                    # Depth inside the server: from where the crawl entered it.
+                    host_depth = source.host_depth + 1 if host == source_host else 0
+                    task = UrlTask(url, depth, quality=self._score(url), host_depth=host_depth)
                     self._frontier.push(host, task, scheme=urlsplit(url).scheme)
                     if redirects:
                         self._redirects[url] = redirects

@@ -24,7 +24,7 @@ import duckdb
 
 from crawler.exchange import HostState, Item
 from crawler.limits import counts_of
-from storage.checkpoint import ADMITTED_SQL
+from storage.checkpoint import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE
 from storage.checkpoint import _final as is_final  # the resume rule, defined once
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc
@@ -64,7 +64,7 @@ class OutputRecovery:
         if fetch_files:
             rows = con.execute(
                 "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
-                "WHERE list_contains(?, url_host_name)",
+                f"WHERE list_contains(?, url_host_name) AND {NOT_LEFT_AT_DEADLINE}",
                 [fetch_files, hosts],
             ).fetchall()
             for url, status, error, attempt in rows:

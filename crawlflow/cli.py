@@ -79,6 +79,14 @@ def crawl(
         Path | None,
         typer.Option(help="Page quality per URL (.parquet/.csv: url, quality); else PageRank."),
     ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Stop after this many seconds; what is left resumes with the same --crawl-id"
+            " (default: time_budget_s of the config, 3600).",
+        ),
+    ] = None,
     since: Annotated[
         str | None,
         typer.Option(
@@ -103,6 +111,7 @@ def crawl(
         {
             "policy": None if policy is None else policy.value,
             "quality_file": None if quality_file is None else str(quality_file.resolve()),
+            "time_budget_s": deadline,
         },
         {"mode": None if rate_control is None else rate_control.value, "target_ppm": target_ppm},
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import NOT_ADMITTED_CLASSES
+from crawler.limits import DEADLINE, NOT_ADMITTED_CLASSES
 from crawler.politeness import is_retryable
 from storage.compaction import finish_compaction
 from storage.schema import COMMITTED_DATASETS
@@ -50,6 +50,11 @@ ADMITTED_SQL = (
 )
 
 
+# Rows of URLs the crawl's deadline left queued say only that they were not fetched: resume
+# and takeover read past them, so the URL is pending with the attempt it was waiting for.
+NOT_LEFT_AT_DEADLINE = f"coalesce(error, '') NOT LIKE '{DEADLINE}%'"
+
+
 def _final(status: int | None, error: str | None) -> bool:
     if error is not None and error.startswith("gave_up"):
         return True
@@ -70,7 +75,8 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
     if any(commit.glob("*.parquet")):
         rows = con.execute(
             "SELECT url, fetch_status, error, attempt "
-            f"FROM read_parquet('{commit}/*.parquet') ORDER BY url, attempt"
+            f"FROM read_parquet('{commit}/*.parquet') WHERE {NOT_LEFT_AT_DEADLINE} "
+            "ORDER BY url, attempt"
         ).fetchall()
         for url, status, error, attempt in rows:
             attempts[url] = max(attempts.get(url, 0), attempt)

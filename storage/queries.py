@@ -25,7 +25,14 @@ SELECT
                                     AND fetch_status <> 503)               AS status_5xx,
     (SELECT count(*) FROM fetches WHERE error LIKE 'robots_disallowed%')   AS robots_denied,
     (SELECT count(*) FROM fetches WHERE fetch_status IS NULL
-                                    AND error NOT LIKE 'robots_disallowed%') AS network_errors,
+                                    AND error NOT LIKE 'robots_disallowed%'
+                                    AND error NOT LIKE 'skipped%')         AS network_errors,
+    (SELECT count(*) FROM fetches WHERE error LIKE 'trap%')                AS trap_refusals,
+    (SELECT count(*) FROM fetches WHERE error LIKE 'skipped: pattern_errors%') AS family_skipped,
+    -- URLs whose last row says the deadline left them: a resumed run fetches them.
+    (SELECT count(*) FROM (SELECT arg_max(coalesce(error, ''), fetch_time) AS last
+                           FROM fetches GROUP BY url)
+     WHERE last LIKE 'skipped: deadline%')                                 AS left_at_deadline,
     (SELECT coalesce(sum(content_length), 0) FROM fetches)                 AS bytes,
     (SELECT min(fetch_time) FROM fetches)                                  AS started,
     (SELECT max(fetch_time) FROM fetches)                                  AS finished

@@ -18,6 +18,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from allocation.demand import CrawlAllocation, local_node_types, plan_crawl
+from allocation.report import milp_sentence
 from crawler.config import CrawlConfig
 from crawler.seeds import CrawlScope
 from storage.queries import previous_crawl_profile
@@ -84,6 +85,26 @@ def plan_rows(crawl_id: str, decision: CrawlAllocation, used: list[NodeSpec]) ->
     return rows
 
 
+def artifact_rows(rows: list[dict[str, Any]], decision: CrawlAllocation
+                  ) -> list[dict[str, Any]]:
+    """The plan rows plus, on the MILP's row, whether it hit its time limit and the gap it
+    proved (the Parquet dataset keeps its stable columns)."""
+    extended = []
+    for row in rows:
+        milp = decision.milp if row["solver"] == "milp" else None
+        extended.append(row | {
+            "time_limit_hit": None if milp is None else milp.time_limit_hit,
+            "proven_gap": None if milp is None else milp.gap,
+        })
+    return extended
+
+
+def allocation_description(decision: CrawlAllocation) -> str:
+    if decision.milp is None:
+        return "allocation plans and cost; CBC unavailable: first fit's plan is used"
+    return f"allocation plans and cost. {milp_sentence(decision.milp)}"
+
+
 @task(name="allocate")
 def allocate_nodes(
     scope: CrawlScope,
@@ -134,14 +155,16 @@ def allocate_nodes(
     for row in rows:
         writer.write(row)
     writer.flush()
-    create_table_artifact(rows, key="crawl-allocation", description="allocation plans and cost")
+    create_table_artifact(artifact_rows(rows, decision), key="crawl-allocation",
+                          description=allocation_description(decision))
     logger.info(
-        "allocation: %s plan costs %.2f (first fit %.2f); %d nodes for %d servers%s",
+        "allocation: %s plan costs %.2f (first fit %.2f); %d nodes for %d servers%s. %s",
         decision.solver,
         decision.chosen.total_cost,
         decision.first_fit_cost,
         len(specs),
         len(scope.hosts),
         "" if nodes is None else f" (--nodes {nodes} fixes the count)",
+        allocation_description(decision),
     )
     return specs

@@ -66,7 +66,7 @@ def drive_crawl(
 
     # Linked nodes route URLs themselves: the driver only watches, so it need not poll often.
     try:
-        final = coordinator.run(poll_s=0.1, on_progress=report)
+        final = coordinator.run(poll_s=0.1, on_progress=report, deadline_s=config.time_budget_s)
     except CrawlFailed as exc:
         raise CrawlFailed(
             f"{exc}. What was committed is kept in {fleet.crawl_dir}:"
@@ -74,6 +74,14 @@ def drive_crawl(
         ) from exc
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
+    if coordinator.left_at_deadline is not None:
+        logger.warning(
+            "deadline (time_budget_s = %.0f) reached with %d URLs left: run again with"
+            " --crawl-id %s to go on",
+            config.time_budget_s,
+            coordinator.left_at_deadline,
+            fleet.crawl_dir.name,
+        )
     create_table_artifact(
         usage["nodes"], key="crawl-nodes", description="crawler nodes: planned, added, lost"
     )

@@ -76,6 +76,9 @@ class RayNode:
     def start(self) -> None:
         self._get(self.actor.start.remote())
 
+    def expire(self) -> int:
+        return self._get(self.actor.expire.remote())
+
 
 class RayExchange:
     """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""

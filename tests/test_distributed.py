@@ -25,6 +25,7 @@ from crawlflow.demo import coverage
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.sim import requested_again
 
 SETTINGS = {
     "heartbeat_s": 0.05,
@@ -58,6 +59,7 @@ class Mortal:
         self.node = node
         self.node_id = node.node_id
         self.dead = False
+        self.uncommitted: list[str] = []  # URLs of the fetches rows the crash lost
 
     def crash(self) -> None:
         node = self.node
@@ -68,6 +70,7 @@ class Mortal:
         for thread in node._workers:
             thread.join()
         node._link.stop()
+        self.uncommitted = [row["url"] for row in node._output._rows["fetches"]]
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.node, name)
@@ -222,6 +225,9 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
     uncommitted = nodes[1].node.counters["fetches"] - committed
     print(f"re-requested after the kill: {again} (uncommitted at the kill: {uncommitted})")
     assert again <= uncommitted
+    # And they are URLs of the very rows the crash lost.
+    asked_again = {f"http://{host}{path}" for host, path in requested_again(web.request_log())}
+    assert asked_again <= set(nodes[1].uncommitted)
 
 
 def test_the_page_budget_holds_across_linked_nodes(web, tmp_path):
@@ -247,11 +253,15 @@ def slow_web():
         yield sim
 
 
+BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked again
+
+
 def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     slow_web, ray_session, prefect_api, tmp_path
 ):
     from flows.crawl import crawl
 
+    slow_web.request_log(clear=True)
     crawl_dir = tmp_path / "killed"
     killed = threading.Event()
 
@@ -276,11 +286,16 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
             nodes=2,
             out_dir=str(tmp_path),
             crawl_id="killed",
-            config={"write_interval_s": 0.2, "heartbeat_s": 0.1},
+            config={"write_interval_s": 0.2, "heartbeat_s": 0.1, "write_batch_rows": BATCH_ROWS},
         )
     finally:
         crawl_over.set()
     assert killed.is_set(), "the crawl ended before node-1 had written 5 batches"
+    # Asked again at the server: at most the dead node's last batch (fewer than BATCH_ROWS
+    # rows are ever buffered) and its requests in flight (one per server it owned).
+    again = requested_again(slow_web.request_log())
+    print(f"re-requested after the kill: {len(again)}")
+    assert len(again) <= BATCH_ROWS + len(slow_web.servers)
     assert summary["nodes"]["nodes_lost"] == 1
     assert summary["duplicate_pages"] == 0
     assert_exactly_once(slow_web, crawl_dir)
@@ -312,6 +327,20 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     (added,) = [row for row in nodes["nodes"] if row["kind"] == "added"]
     assert not added["lost"]
     assert nodes["added_node_s"] > 0
+    # The time budget is also the deadline: the crawl stopped there, with URLs left, and the
+    # flow run again with the same crawl id (and a longer budget) fetches exactly those.
+    assert nodes["left_at_deadline"] > 0
+    assert summary["left_at_deadline"] > 0
+    resumed = crawl(
+        seeds=[slow_web.hub_url],
+        allow=slow_web.servers,
+        allow_private=True,
+        nodes=1,
+        out_dir=str(tmp_path),
+        crawl_id="surcharged",
+        config={"heartbeat_s": 0.1},
+    )
+    assert resumed["left_at_deadline"] == 0 and resumed["nodes"]["left_at_deadline"] is None
     assert_exactly_once(slow_web, tmp_path / "surcharged")
 
 

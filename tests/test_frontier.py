@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from crawler.frontier import Frontier, QualityUrls, Server, UrlTask
+from crawler.frontier import FairUrls, Frontier, QualityUrls, Server, UrlTask
 
 
 class Clock:
@@ -285,3 +285,43 @@ def test_simulated_crawl_shows_the_policies_apart():
     assert results["performance"][0] > 1.3 * results["bfs"][0]
     assert results["capability"][1] > max(results[p][1] for p in ("bfs", "performance"))
     assert results["quality"][1] > results["bfs"][1]
+
+
+@pytest.mark.parametrize("policy", ["bfs", "performance", "quality", "capability"])
+def test_no_url_family_starves_the_others_under_any_policy(policy):
+    """A trap's 1,000 URLs, of better quality and queued first, do not hold back the pages
+    the front page links to: families take turns, each in the policy's own order."""
+    frontier = Frontier(policy)
+    frontier.add_server(Server("a", Clock(), requests_per_connection=50))
+    for day in range(1000):
+        frontier.push("a", UrlTask(f"http://a/events?d={day}", 1, quality=1.0), "http")
+    for page in ("about", "team", "blog/", "docs/guide/"):
+        frontier.push("a", UrlTask(f"http://a/{page}", 1, quality=0.001), "http")
+    server = frontier.acquire(0.0)
+    first = [server.next_task(0.0, new_allowed=True).url for _ in range(10)]
+    # Four families ("/events?", "/", "/blog/", "/docs/guide/"): a round takes one URL each.
+    assert {"http://a/about", "http://a/blog/", "http://a/docs/guide/"} <= set(first[:4])
+    assert "http://a/team" in first[:6]
+    assert first[6:] == [f"http://a/events?d={day}" for day in range(2, 6)]  # best first
+
+
+def test_the_fair_queue_ranks_its_server_by_what_it_gives_next():
+    queue = FairUrls(quality_ordered=True, head_size=3)
+    for url, quality in (("http://a/x/1", 0.9), ("http://a/x/2", 0.8), ("http://a/y", 0.1)):
+        queue.push(UrlTask(url, 0, quality=quality))
+    # The next three: x's best, then y (its family's turn), then x's second.
+    assert queue.top_quality_sum() == pytest.approx(0.9 + 0.1 + 0.8)
+    assert queue.best_quality() == 0.9
+    assert [queue.pop().url for _ in range(3)] == ["http://a/x/1", "http://a/y", "http://a/x/2"]
+    assert len(queue) == 0 and queue.top_quality_sum() == 0.0
+
+
+def test_urgent_urls_go_before_the_round():
+    """A recrawl's URLs that its sitemaps say changed come first, whatever their family."""
+    queue = FairUrls(quality_ordered=True, head_size=2)
+    queue.push(UrlTask("http://a/x/1", 0, quality=0.5))
+    queue.push(UrlTask("http://a/y/1", 0, quality=1.2, urgent=True))
+    queue.push(UrlTask("http://a/y/2", 0, quality=1.4, urgent=True))
+    assert queue.best_quality() == 1.4
+    assert queue.top_quality_sum() == pytest.approx(1.4 + 1.2)
+    assert [queue.pop().url for _ in range(3)] == ["http://a/y/2", "http://a/y/1", "http://a/x/1"]

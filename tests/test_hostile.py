@@ -23,7 +23,7 @@ from crawler.node import CrawlerNode
 from crawler.urls import host_key
 from storage.views import connect
 from websim import WebSim, WebSpec
-from websim.hostile import SCENARIOS
+from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
 
 MANY_LINKS = 5000
 FAST = CrawlConfig(
@@ -72,6 +72,7 @@ class Rows:
             parts = urlsplit(url)
             target = parts.path + ("?" + parts.query if parts.query else "")
             self.fetches[scenario_of[parts.netloc]].append((target, status, error, attempt))
+        self.requested: list[dict] = []  # what the servers received
         self.pages = {
             url: outlinks
             for url, outlinks in con.execute("SELECT url, outlink_count FROM pages").fetchall()
@@ -101,7 +102,9 @@ def hostile_crawl(hostile_web, tmp_path_factory):
     assert finished, "the crawl did not end"
     assert crashes == []
     expected = set().union(*(hostile_web.hostile_expected(name) for name in SCENARIOS))
-    return analyse(crawl_dir, seeds, expected), Rows(crawl_dir, hostile_web)
+    rows = Rows(crawl_dir, hostile_web)
+    rows.requested = hostile_web.request_log()  # before a later test clears the log
+    return analyse(crawl_dir, seeds, expected), rows
 
 
 def test_nothing_lost_nothing_twice_no_internal_errors(hostile_crawl):
@@ -305,3 +308,61 @@ def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, 
     assert not [e for e in hostile_web.request_log() if e["host"] == target]
     # The hostile host itself was crawled.
     assert {"/", "/away", "/ok/0"} <= {urlsplit(u).path for u, s, _ in rows if s is not None}
+
+
+def requests_to(rows: Rows, sim: WebSim, scenario: str) -> list[str]:
+    """The request targets the scenario's host received, oldest first (robots.txt aside)."""
+    host = sim.hostile_host(scenario)
+    return [e["path"] for e in rows.requested if e["host"] == host and e["path"] != "/robots.txt"]
+
+
+def test_calendar_with_session_ids_costs_the_pattern_budget(hostile_crawl, hostile_web):
+    _, rows = hostile_crawl
+    requested = requests_to(rows, hostile_web, "calendar_sid")
+    days = [t for t in requested if t.startswith("/events")]
+    # Pages of one template earn nothing (here, one URL: day -1 has a minus sign, day 0 not).
+    assert FAST.trap_max_urls_per_pattern <= len(days) <= FAST.trap_max_urls_per_pattern + 1
+    assert all("sid=" not in t for t in requested)  # the session ids were stripped
+    assert requested.count("/ok/1") == 1  # linked from every day under a new session id
+    assert {e for t, e in rows.errors("calendar_sid").items() if t.startswith("/events")} == {
+        "trap"
+    }
+
+
+def test_a_page_of_dead_links_costs_the_error_budget_and_is_recorded(hostile_crawl, hostile_web):
+    _, rows = hostile_crawl
+    config = CrawlConfig()
+    dead = [t for t in requests_to(rows, hostile_web, "dead_links") if t.startswith("/gone/")]
+    assert len(dead) == config.family_error_budget
+    gone = [(t, s, e) for t, s, e, _ in rows.fetches["dead_links"] if t.startswith("/gone/")]
+    assert len(gone) == MANY_LINKS == len({t for t, _, _ in gone})  # each link one row
+    skipped = [e for _, s, e in gone if s is None]
+    assert len(skipped) == MANY_LINKS - config.family_error_budget
+    assert set(skipped) == {"skipped: pattern_errors: /gone/"}
+
+
+def test_a_trap_deep_inside_a_documentation_site_spares_the_site(hostile_crawl, hostile_web):
+    summary, rows = hostile_crawl
+    origin = hostile_web.hostile_url("deep_trap").rstrip("/")
+    fetched_ok = {t for t, s, e, _ in rows.fetches["deep_trap"] if s == 200 and e is None}
+    assert {origin + p for p in DOC_PAGES} - {origin + t for t in fetched_ok} == set()
+    archive = [t for t in requests_to(rows, hostile_web, "deep_trap") if t.startswith(ARCHIVE)]
+    assert len(archive) == FAST.trap_max_urls_per_pattern
+
+
+def test_pages_linked_from_the_front_page_are_fetched_early(hostile_crawl, hostile_web):
+    """Round-robin between URL families: the front page links to an endless calendar, 5,000
+    dead links and a redirect loop before its ordinary pages; those still come early."""
+    _, rows = hostile_crawl
+    requested = requests_to(rows, hostile_web, "hostile_site")
+    # Each family gets one turn per round: /team, 7th in its family ("/", after /links, /away,
+    # /huge, /bomb, /about, /contact), comes before the calendar's 10th day.
+    tenth_day = [i for i, t in enumerate(requested) if t.startswith("/events")][9]
+    for path in ("/about", "/contact", "/team", "/blog/", "/docs/"):
+        assert requested.index(path) < tenth_day, (path, requested[:60])
+    # Every page worth crawling once, and no trap past its budget.
+    for path in SCENARIOS["hostile_site"].expected:
+        assert requested.count(path) == 1, path
+    assert (
+        len([t for t in requested if t.startswith("/events")]) <= FAST.trap_max_urls_per_pattern + 1
+    )

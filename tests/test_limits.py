@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import ConfigError, CrawlConfig, config_from_dict
-from crawler.limits import UrlLimits, counts_of, path_pattern, strip_session_ids
+from crawler.limits import UrlLimits, counts_of
 from crawler.node import CrawlerNode
+from crawler.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
 from crawler.urls import MAX_URL_LENGTH
+
+strip = ParamStripper(DEFAULT_STRIP_PARAMS)
 
 
 @pytest.mark.parametrize(
@@ -18,13 +21,38 @@ from crawler.urls import MAX_URL_LENGTH
         ("http://a.example/cart;jsessionid=0AF3?item=2", "http://a.example/cart?item=2"),
         ("http://a.example/s;JSESSIONID=x/next", "http://a.example/s/next"),
         ("http://a.example/p?session_id=1", "http://a.example/p"),
+        ("http://a.example/cal?d=5&sid=9f8e7d", "http://a.example/cal?d=5"),
+        # Tracking parameters, by name or by prefix (utm_*), in any case.
+        (
+            "http://a.example/p?fbclid=x&gclid=y&id=3&UTM_Source=news&utm_medium=mail",
+            "http://a.example/p?id=3",
+        ),
+        ("http://a.example/p?ASPSESSIONIDQQGGRSTA=AB", "http://a.example/p"),
         # Only whole parameter names match: these are not session ids.
         ("http://a.example/p?side=1&sidebar=2", "http://a.example/p?side=1&sidebar=2"),
         ("http://a.example/p;v=1?q=%2F", "http://a.example/p;v=1?q=%2F"),
     ],
 )
-def test_strip_session_ids(url, stripped):
-    assert strip_session_ids(url) == stripped
+def test_session_ids_and_tracking_parameters_are_stripped(url, stripped):
+    assert strip(url) == stripped
+
+
+def test_stripped_parameters_are_configurable():
+    custom = ParamStripper(["ref", "track_*"])
+    assert custom("http://a.example/p?ref=x&track_id=1&sid=2") == "http://a.example/p?sid=2"
+    assert CrawlConfig(strip_params=["ref"]).strip_params == ["ref"]
+    assert "utm_*" in CrawlConfig().strip_params
+
+
+def test_content_shape_ignores_numbers_and_session_ids_only():
+    def calendar(year: int, sid: str) -> bytes:
+        return (
+            f"<title>{year}-5</title><a href='/cal?d={year}&sid={sid}'>next</a>"
+            f"<a href='/x;jsessionid={sid}'>y</a>"
+        ).encode()
+
+    assert content_shape(calendar(2024, "ab12")) == content_shape(calendar(1999, "zzqq"))
+    assert content_shape(b"<p>installing</p>") != content_shape(b"<p>configuring</p>")
 
 
 def test_path_pattern_masks_numbered_segments_and_query_values():
@@ -58,10 +86,41 @@ def test_urls_per_pattern_are_capped_per_server():
     calendar = [f"http://a.example/cal/2024/{month}" for month in range(1, 6)]
     verdicts = [rules.admit(url) for url in calendar]
     assert verdicts[:3] == [None, None, None]
-    assert verdicts[3] == "trap: 3 URLs like /cal/*/* fetched already"
+    assert verdicts[3] == "trap: 3 URLs like /cal/*/* fetched already, their pages of 0 shapes"
     # Another shape on the same server, and the same shape on another server, still pass.
     assert rules.admit("http://a.example/cal/2024/1?view=week") is None
     assert rules.admit("http://b.example/cal/2024/1") is None
+
+
+def test_a_pattern_whose_pages_differ_earns_budget_one_alike_does_not():
+    rules = limits(trap_max_urls_per_pattern=3)
+    admitted = {"docs": 0, "cal": 0}
+    for i in range(50):
+        for kind in admitted:
+            url = f"http://a.example/{kind}/{i}"
+            if rules.admit(url) is None:
+                admitted[kind] += 1
+                # Documentation pages differ; calendar months are one template.
+                rules.observe(url, i if kind == "docs" else 7)
+    assert admitted == {"docs": 50, "cal": 3}
+
+
+def test_depth_inside_a_server_is_limited():
+    rules = limits(max_depth_per_host=4)
+    assert rules.admit("http://a.example/a", host_depth=4) is None
+    refusal = rules.admit("http://a.example/b", host_depth=5)
+    assert refusal == "trap: 5 links into the server, the limit is 4"
+
+
+def test_a_family_closes_after_its_error_budget_of_failures_in_a_row():
+    rules = limits(family_error_budget=3)
+    dead = [f"http://a.example/dead/{i}" for i in range(6)]
+    assert [rules.outcome(url, failed=True) for url in dead[:2]] == [False, False]
+    assert rules.outcome("http://a.example/dead/ok", failed=False) is False  # a success resets
+    assert [rules.outcome(url, failed=True) for url in dead[2:5]] == [False, False, True]
+    assert rules.closed(dead[5]) and rules.closed("http://a.example/dead/x?y=1") is False
+    assert not rules.closed("http://a.example/alive/1")
+    assert not rules.closed("http://b.example/dead/1")
 
 
 def test_host_budget_counts_only_admitted_urls():
@@ -79,13 +138,16 @@ def test_limit_defaults_and_validation():
     assert (config.fetch_timeout_s, config.max_redirects) == (60.0, 10)
     assert config.max_url_length == MAX_URL_LENGTH
     assert config.max_pages_per_host == 100_000
-    assert (config.trap_max_urls_per_pattern, config.trap_max_segment_repeats) == (10_000, 3)
+    assert (config.trap_max_urls_per_pattern, config.trap_max_segment_repeats) == (100, 3)
+    assert (config.max_depth_per_host, config.family_error_budget) == (30, 20)
     for bad in (
         {"max_url_length": MAX_URL_LENGTH + 1},  # canonicalization already drops longer URLs
         {"fetch_timeout_s": 0},
         {"max_redirects": -1},
         {"max_decoded_bytes": 10},
         {"trap_max_urls_per_pattern": 0},
+        {"family_error_budget": 0},
+        {"max_depth_per_host": -1},
     ):
         with pytest.raises(ConfigError):
             config_from_dict(bad)
@@ -100,7 +162,7 @@ def test_a_servers_counts_leave_with_it_and_count_where_it_goes():
 
     there.restore("a.example", here.take("a.example"))
 
-    assert there.admit("http://a.example/cal/3") == "trap: 2 URLs like /cal/* fetched already"
+    assert there.admit("http://a.example/cal/3").startswith("trap: 2 URLs like /cal/* fetched")
     assert there.admit("http://a.example/about") is None
     assert there.admit("http://a.example/team") == "host_budget: 3 URLs fetched from a.example"
     # What left is gone here; other servers' counts stay.
@@ -113,6 +175,8 @@ def test_counts_rebuilt_from_admitted_urls_are_those_admit_would_have_made():
     counts = counts_of(urls)
     assert counts["a.example"].pages == 2
     assert counts["a.example"].patterns == {"/cal/*": 1, "/cal/*?": 1}
+    # A resumed run gives each pattern its base budget afresh (content shapes are not kept).
+    assert counts["a.example"].credits == counts["a.example"].patterns
     assert counts["b.example"].pages == 1
 
 

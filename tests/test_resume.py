@@ -15,6 +15,9 @@ import pytest
 from crawlflow.demo import coverage
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.sim import requested_again
+
+BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked again
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,8 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
 
     allow = slow_web.servers
     config = tmp_path / "crawl.toml"
-    config.write_text("write_interval_s = 0.2\n")
+    config.write_text(f"write_interval_s = 0.2\nwrite_batch_rows = {BATCH_ROWS}\n")
+    slow_web.request_log(clear=True)
     crawl_dir = tmp_path / "out" / "resumable"
     command = [sys.executable, "-m", "crawlflow", "crawl", slow_web.hub_url, "--allow-private"]
     command += [arg for host in allow for arg in ("--allow", host)]
@@ -59,6 +63,7 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
 
     expected = slow_web.reachable_allowed_urls()
     before = coverage(crawl_dir, expected)
+    first_run_nodes = {p.name.rsplit("-", 1)[0] for p in (crawl_dir / "fetches").glob("*.parquet")}
     assert 0 < before["fetched"] < before["expected"], "the kill must land mid-crawl"
 
     summary = crawl(
@@ -71,13 +76,19 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     )
 
     after = coverage(crawl_dir, expected)
+    # Asked again at the server: at most each killed node's last batch (fewer than BATCH_ROWS
+    # rows are ever buffered) and its requests in flight (one per server).
+    again = requested_again(slow_web.request_log())
+    print(f"re-requested after the kill: {len(again)} ({len(first_run_nodes)} nodes killed)")
+    assert len(again) <= len(first_run_nodes) * (BATCH_ROWS + len(slow_web.servers))
     assert after["missing"] == [] and after["coverage"] == 1.0
     assert after["duplicates"] == 0
     assert summary["duplicate_pages"] == 0
     con = connect(crawl_dir)
     page_urls = {url for (url,) in con.execute("SELECT url FROM pages").fetchall()}
     html_expected = {
-        url for (url,) in con.execute(
+        url
+        for (url,) in con.execute(
             "SELECT url FROM fetches WHERE fetch_status = 200 AND content_mime_type = 'text/html'"
         ).fetchall()
     }

@@ -386,6 +386,111 @@ async def _empty_body(ex: Exchange) -> bool | None:
     return None
 
 
+def _sid() -> str:
+    return f"{random.getrandbits(64):016x}"
+
+
+def _query_int(query: str, name: str) -> int:
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key == name and value.lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
+async def _calendar_sid(ex: Exchange) -> bool | None:
+    """An endless calendar of days whose every link carries a fresh session id."""
+    if ex.request.path != "/events":
+        return None
+    day = _query_int(ex.request.query, "d")
+    links = [f"/events?d={day + step}&sid={_sid()}" for step in (-1, 1, 7, 30)]
+    return await ex.send(200, page(f"events of day {day}", [*links, f"/ok/1?sid={_sid()}"]))
+
+
+async def _dead_links(ex: Exchange) -> bool | None:
+    """One page linking to `hostile_many_links` URLs that all answer 404."""
+    if ex.request.path == "/links":
+        links = "".join(
+            f'<a href="/gone/{i}">{i}</a>\n' for i in range(ex.state.spec.hostile_many_links)
+        )
+        return await ex.send(200, page("links", extra=links))
+    return None  # /gone/N: the common 404
+
+
+# A small documentation site: sections of named pages, every page its own text.
+DOC_SECTIONS = {
+    "guide": ("install", "configure", "first-crawl", "scheduling", "politeness", "output", "faq"),
+    "reference": ("cli", "config", "flows", "storage", "queries", "schema", "archive"),
+    "howto": ("resume", "deploy", "monitor", "tune", "scale", "debug", "upgrade"),
+    "concepts": ("frontier", "quality", "capability", "traps", "budgets", "nodes", "exchange"),
+}
+DOC_PAGES = (
+    "/docs/",
+    *(f"/docs/{section}/" for section in DOC_SECTIONS),
+    *(f"/docs/{section}/{name}.html" for section, names in DOC_SECTIONS.items() for name in names),
+)
+ARCHIVE = "/docs/reference/archive/"
+_TEXT_WORDS = ("crawl", "server", "queue", "page", "link", "budget", "trap", "shape", "family")
+
+
+def _doc_text(path: str) -> str:
+    rnd = random.Random(path)
+    return "<p>" + " ".join(rnd.choices(_TEXT_WORDS, k=200)) + "</p>"
+
+
+async def _deep_trap(ex: Exchange) -> bool | None:
+    """A documentation site with a trap deep inside: its archive page starts an endless,
+    branching chain of archive pages from one template."""
+    path = ex.request.path
+    if path == "/docs/":
+        links = [f"/docs/{section}/" for section in DOC_SECTIONS]
+        return await ex.send(200, page("docs", links, _doc_text(path)))
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "docs" and parts[2] in DOC_SECTIONS and not parts[3]:
+        links = [f"{name}.html" for name in DOC_SECTIONS[parts[2]]] + [f"/docs/?sid={_sid()}"]
+        return await ex.send(200, page(parts[2], links, _doc_text(path)))
+    if path in DOC_PAGES:
+        links = ["./", "/docs/"] + (["archive/1"] if path.endswith("archive.html") else [])
+        return await ex.send(200, page(path, links, _doc_text(path)))
+    if path.startswith(ARCHIVE) and path[len(ARCHIVE) :].isdigit():
+        n = int(path[len(ARCHIVE) :])
+        return await ex.send(200, page(f"archive page {n}", [str(n + 1), str(2 * n + 1)]))
+    return None
+
+
+SITE_PAGES = ("/about", "/contact", "/team", "/blog/") + tuple(
+    f"/blog/2024/{month:02d}/post.html" for month in (3, 5, 9)
+)
+
+
+async def _hostile_site(ex: Exchange) -> bool | None:
+    """About 40 pages worth crawling among the usual pathologies of the real web, on one
+    server whose front page links to the traps first."""
+    path = ex.request.path
+    if path == "/":
+        traps = [f"/events?d=0&sid={_sid()}", "/links", "/loop/0", "/away", "/huge", "/bomb"]
+        ordinary = ["/about?utm_source=home", "/contact", "/team", "/blog/", "/docs/"]
+        return await ex.send(200, page("a hostile site", [*traps, *ordinary]))
+    if path in SITE_PAGES:
+        links = ["/", f"/about;jsessionid={_sid()}"]
+        if path == "/blog/":
+            links += [p for p in SITE_PAGES if p.startswith("/blog/2024")]
+        return await ex.send(200, page(path, links, _doc_text(path)))
+    for handler in (
+        _calendar_sid,
+        _dead_links,
+        _deep_trap,
+        _redirect_loop,
+        _redirect_offsite,
+        _huge_body,
+        _gzip_bomb_host,
+    ):
+        answer = await handler(ex)
+        if answer is not None:
+            return answer
+    return None
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -484,6 +589,35 @@ SCENARIOS: dict[str, Scenario] = {
             ("/many",),
             _many_links,
             also_expected=("/many",),
+        ),
+        Scenario(
+            "calendar_sid",
+            "endless calendar of days, a fresh session id in every link",
+            ("/events?d=0&sid=0123456789abcdef",),
+            _calendar_sid,
+            also_expected=("/events?d=0",),
+        ),
+        Scenario(
+            "dead_links",
+            "one page with 100,000 links that answer 404",
+            ("/links",),
+            _dead_links,
+            also_expected=("/links",),
+        ),
+        Scenario(
+            "deep_trap",
+            "documentation site with an endless branching archive deep inside",
+            ("/docs/",),
+            _deep_trap,
+            also_expected=DOC_PAGES,
+        ),
+        Scenario(
+            "hostile_site",
+            "about 40 good pages among calendar, dead links, deep trap, loops, big bodies",
+            (),
+            _hostile_site,
+            good_pages=False,
+            also_expected=("/", *SITE_PAGES, *DOC_PAGES),
         ),
         Scenario("robots_500", "robots.txt answers 500", (), _robots_500, good_pages=False),
         Scenario(

@@ -211,6 +211,23 @@ class WebSim:
         return [dict(zip(keys, entry, strict=True)) for entry in entries]
 
 
+def requested_again(entries: list[dict]) -> list[tuple[str, str]]:
+    """(host, target) of the requests in `entries` (a `request_log`) for a target that had
+    already been answered finally: anything but 429 or 5xx, which invite a retry. What a
+    crawler asks again that it had already got (robots.txt aside: each run reads it afresh)."""
+    answered: set[tuple[str, str]] = set()
+    again = []
+    for entry in entries:
+        key = (entry["host"], entry["path"])
+        if entry["path"] == "/robots.txt":
+            continue
+        if key in answered:
+            again.append(key)
+        if entry["status"] != 429 and entry["status"] < 500:
+            answered.add(key)
+    return again
+
+
 def serve_forever(spec: WebSpec, port: int, export_dir: str | None) -> None:
     """Serve a web until Ctrl-C (the `crawlflow websim` command), optionally exporting its
     ground truth first."""
