@@ -59,8 +59,9 @@ import matplotlib
 from bench import results_dir
 from crawler.config import config_from_dict
 from crawler.coordinator import Coordinator, Progress
+from tasks.actors import LOCAL_RAY
 from tasks.allocate import NodeSpec
-from tasks.launch import LOCAL_RAY, start_fleet, stop_fleet
+from tasks.launch import start_fleet, stop_fleet
 from websim import WebSim, WebSpec
 
 matplotlib.use("Agg")  # files only: no display on servers and CI

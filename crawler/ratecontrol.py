@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
@@ -57,6 +58,13 @@ SERVED_MAX_IDLE_SHARE = 0.1
 # Responses in a row at the adaptive controller's ceiling, RTT below the target, with the
 # unloaded RTT known, that show a host is fast (see AdaptiveRateController).
 PROOF_SAMPLES = 4
+# The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
+# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
+RECENT_SAMPLES = 32
+UNLOADED_HISTORY = 64
+# Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
+# ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
+UNLOADED_DUTY_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -106,14 +114,14 @@ class RateControlConfig:
     probe_every: int = 200  # clean responses at the target before probing above it
     probe_step: float = 0.02  # first probe raises the ban-rate estimate by this share
     # Adaptive controller, delay side (servers that slow down instead of refusing).
-    rtt_target: float = 1.45  # hold the page RTT at most this multiple of the unloaded RTT
+    rtt_target: float = 1.42  # hold the page RTT at this multiple of the unloaded RTT
     rtt_noise_s: float = 0.01  # queueing delay below this is never a brake (client jitter)
-    rtt_gain: float = 0.05  # log-rate step per response at full distance from the target
+    rtt_gain: float = 0.08  # log-rate step per response per unit of log(target / RTT ratio)
     # Until a server has shown it is fast, wait at least this many RTTs after each response
     # (Heritrix's delayFactor): its connection is busy at most 1/(1+5) of the time, and the
     # RTTs of requests sent that idle are its unloaded RTT...
     unproven_delay_factor: float = 5.0
-    base_samples: int = 12  # ...known from this many of them
+    base_samples: int = 16  # ...known from this many of them
 
     # Retries and host pauses.
     retry_after_max_s: float = 120.0
@@ -614,25 +622,26 @@ class QueueingDelay:
     """The adaptive controller's delay signal: how far a server's page RTT has risen above its
     unloaded RTT (SPEC section 2's reading of a rising RTT: queueing).
 
-    - Unloaded RTT: the geometric mean of the RTTs of requests sent while the host's
-      connection was busy at most `duty` of the time (rate x expected RTT), each divided by
-      (1 + busy share): a server working one request at a time (M/M/1) stretches its
-      response time by exactly that at such a load, one with more workers by less, so the
-      estimate errs low, on the polite side. Every such sample counts, so the estimate
-      sharpens whenever the rate is low. A minimum, as delay-based
-      congestion control (Vegas, LEDBAT, BBR) uses on networks, would read the low tail of
-      response-time noise as the baseline and brake on noise.
-    - Current RTT: an exponentially weighted mean of log RTT (weight `alpha` per response);
-      logs, because response times are skewed: it tracks the median, not the tail.
+    Both estimates are interquartile means of log RTT (the mean of the middle half): logs,
+    because response times are skewed; the middle half, because a few outliers (a slow page,
+    the crawler's own process descheduled on a loaded machine) must not move either one, while
+    averaging the middle half keeps nearly the precision of a plain mean.
+
+    - Unloaded RTT U: over the last `history` RTTs of requests that met a connection busy at
+      most `duty` of the time (rate x expected RTT), each divided by (1 + busy share): a server
+      working one request at a time (M/M/1) stretches its response time by exactly that at
+      such a load, one with more workers by less, so the estimate errs low, on the polite
+      side. Known from `samples` of them. Refreshed whenever requests go out that slowly: after
+      the host sat idle, and whenever the controller itself brakes that far, so a U learnt too
+      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT).
+    - Current RTT R: over the last `recent` page RTTs, whatever the load.
     """
 
-    def __init__(self, alpha: float, duty: float, samples: int) -> None:
-        self.alpha = alpha
+    def __init__(self, duty: float, samples: int, history: int, recent: int) -> None:
         self.duty = duty
         self.samples = samples
-        self._log_sum = 0.0
-        self._count = 0  # unloaded samples
-        self._log_current: float | None = None
+        self._unloaded: deque[float] = deque(maxlen=history)
+        self._recent: deque[float] = deque(maxlen=recent)
 
     def observe(self, rtt_s: float, duty: float) -> None:
         """A page RTT, and the share of the time the connection was busy when it was sent."""
@@ -640,25 +649,27 @@ class QueueingDelay:
         if duty <= self.duty * (1 + 1e-9):
             # The worst case, one request at a time, stretched the RTT by (1 + duty): taken
             # out, so the estimate errs low (slower, more polite) on servers with more workers.
-            self._log_sum += log_rtt - math.log1p(duty)
-            self._count += 1
-        self._log_current = (
-            log_rtt
-            if self._log_current is None
-            else (1 - self.alpha) * self._log_current + self.alpha * log_rtt
-        )
+            self._unloaded.append(log_rtt - math.log1p(duty))
+        self._recent.append(log_rtt)
 
     @property
     def known(self) -> bool:
-        return self._count >= self.samples
+        return len(self._unloaded) >= self.samples
 
     @property
     def unloaded_s(self) -> float | None:
-        return math.exp(self._log_sum / self._count) if self._count else None
+        return math.exp(_interquartile_mean(self._unloaded)) if self._unloaded else None
 
     @property
     def current_s(self) -> float | None:
-        return None if self._log_current is None else math.exp(self._log_current)
+        return math.exp(_interquartile_mean(self._recent)) if self._recent else None
+
+
+def _interquartile_mean(values: deque[float]) -> float:
+    ordered = sorted(values)
+    cut = len(ordered) // 4
+    middle = ordered[cut : len(ordered) - cut]
+    return sum(middle) / len(middle)
 
 
 class AdaptiveRateController(_PacedController):
@@ -667,26 +678,32 @@ class AdaptiveRateController(_PacedController):
     The state is a request rate r (1/delay). Two signals brake it: RTT inflation (queueing:
     a server that slows down instead of refusing, most of the web) and bans (429/503: loss).
 
-    Delay side (`QueueingDelay`): with U the unloaded RTT and R the current (median-tracking)
-    RTT, the signal is d = (rtt_target - R/U) / (rtt_target - 1), clamped to [-1, 1]: 1 with no
-    queueing, 0 at the target, negative above it. Queueing under `rtt_noise_s` (R - U) reads
-    as d = 1: on fast hosts that much is the client's own scheduling jitter.
+    Delay side (`QueueingDelay`): with U the unloaded RTT and R the current RTT (interquartile
+    means of log RTT), the inflation R/U is what the controller steers: to `rtt_target`
+    (1.42), the middle of the band between the RTT of an idle server (1x) and the 1.5x that
+    politeness allows, as close to 1.5x as U's error (a few percent) leaves room for. Queueing
+    under `rtt_noise_s` (R - U) reads as none: on fast hosts that much is the client's own
+    scheduling jitter.
 
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
       `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests):
       the connection is busy at most 1/(1 + f) of the time, and the RTTs of requests sent
       that idle are unloaded ones; `base_samples` of them make U known. The host shows it is
       fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the ceiling or
-      more kept d > 0 (RTT below the target): its RTT did not inflate as the rate grew to the
+      more kept R/U under the target: its RTT did not inflate as the rate grew to the
       ceiling. Then only the signals below bound r.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
-      (per clean response, r *= 2**(delay/doubling), so idle time does not count), while
-      d > 0; at the target slow start ends (as HyStart ends TCP's on rising delay).
-    - After slow start, per clean response r *= exp(d * rtt_gain): proportional steps, small
-      near the target (LEDBAT's linear controller), so r settles where R = rtt_target * U.
-      Per response, not per second: R averages about 1/rtt_alpha responses, and a step per
-      second would outrun that on a slow host. After a ban the loss side below sets the pace,
-      and queueing brakes only at d = -1 (R at twice the target's distance from U).
+      (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
+      has risen by half the target's distance from U over its value at the ceiling (as
+      HyStart ends TCP's on a rise of delay).
+    - Then, per clean response, r *= (rtt_target / (R/U)) ** rtt_gain: a multiplicative step
+      proportional to the relative error (in logs, so a factor too fast and a factor too slow
+      weigh the same), small near the target (LEDBAT's linear controller), so r settles where
+      R = rtt_target * U without oscillating: R averages RECENT_SAMPLES responses, a lag of
+      about half of them, and a step of a few percent per response at most turns r by much
+      less than that lag can overshoot. Per response, not per second, so a slow host is not
+      outrun. After a ban the loss side below sets the pace, and queueing brakes only from
+      R/U = 2 * rtt_target - 1 (twice the target's distance from U).
 
     Loss side (token buckets answering 429/503):
 
@@ -720,8 +737,9 @@ class AdaptiveRateController(_PacedController):
     Measured on a simulated host behind a hidden token bucket like websim's (limit L of 5-50/s,
     one second of burst, 429 + Retry-After, lognormal latency 2-50 ms): see
     tests/test_ratecontrol.py (ban share at most 1%, at least 80% of L over 2000 pages, at most
-    two bans for 300 pages); on simulated degrading hosts (websim/queueing.py): median RTT at
-    most 1.5x the unloaded one and at least 80% of the rate where it reaches 1.5x.
+    two bans for 300 pages); on simulated degrading hosts (websim/queueing.py, six seeds, 600
+    pages): median RTT at most 1.5x the unloaded one in every run, and on average at least 80%
+    of the speed of a crawl held at the rate where it reaches 1.5x.
     """
 
     ban_grace = 1  # the first ban already slows down
@@ -731,10 +749,15 @@ class AdaptiveRateController(_PacedController):
         self.rate = 1.0 / config.initial_delay_s
         self.target: float | None = None  # requests/s to settle at after a ban; None before
         self.queueing = QueueingDelay(
-            config.rtt_alpha, 1.0 / (1.0 + config.unproven_delay_factor), config.base_samples
+            UNLOADED_DUTY_MARGIN / (1.0 + config.unproven_delay_factor),
+            config.base_samples,
+            UNLOADED_HISTORY,
+            RECENT_SAMPLES,
         )
         self.slow_start = True
         self.proven_fast = False
+        # The current RTT when the ceiling lifted: what slow start measures its rise against.
+        self._ceiling_rtt: float | None = None
         self._proof_streak = 0
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
@@ -749,6 +772,9 @@ class AdaptiveRateController(_PacedController):
         self._idle_since_ban = 0.0
         self._ready_at: float | None = None
         self._rate_at_start = self.rate
+        # Start-to-start gaps of the last two requests: the rate the server actually saw.
+        self._last_gaps: deque[float] = deque(maxlen=2)
+        self._duty_at_start = 0.0
         self._clean_streak = 0
         self._probe = config.probe_step
 
@@ -776,6 +802,12 @@ class AdaptiveRateController(_PacedController):
         if self._ready_at is not None:
             self._idle_since_ban += max(0.0, now - self._ready_at)
             self._ready_at = None
+        if self.last_start is not None:
+            self._last_gaps.append(max(now - self.last_start, 1e-9))
+        # The share of the time the connection is busy, from the RTT expected now and the
+        # rate over the last two gaps (a queue drains gradually, one long gap is not enough).
+        seen_rate = len(self._last_gaps) / sum(self._last_gaps) if self._last_gaps else 0.0
+        self._duty_at_start = seen_rate * (self.rtt.srtt or 0.0)
         super().on_request_start(now)
         # The rate the server sees: our pacing, or the fetch time when that is longer.
         self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
@@ -788,21 +820,19 @@ class AdaptiveRateController(_PacedController):
         self._ready_at = max(now, self.earliest_next())
 
     def _observe_rtt(self, now: float, rtt_s: float) -> None:
-        # The connection's busy share from the RTT expected before this answer: judged by its
-        # own RTT, the fast answers would pass as unloaded and the slow ones not.
-        expected = self.rtt.srtt if self.rtt.srtt is not None else rtt_s
-        self.queueing.observe(rtt_s, self._rate_at_start * expected)
+        # The busy share from the RTT expected before this answer: judged by its own RTT, the
+        # fast answers would pass as unloaded and the slow ones not.
+        self.queueing.observe(rtt_s, self._duty_at_start)
         super()._observe_rtt(now, rtt_s)
 
-    def delay_signal(self) -> float | None:
-        """d in [-1, 1] (see the class notes); None until the unloaded RTT is known."""
+    def inflation(self) -> float | None:
+        """R/U, the RTT inflation (see the class notes); None until U is known."""
         unloaded, current = self.queueing.unloaded_s, self.queueing.current_s
         if not self.queueing.known or unloaded is None or current is None:
             return None
         if current - unloaded < self.config.rtt_noise_s:
             return 1.0
-        target = self.config.rtt_target
-        return max(-1.0, min(1.0, (target - current / unloaded) / (target - 1.0)))
+        return current / unloaded
 
     def _target_after_ban(self, now: float) -> tuple[float, bool]:
         """The rate to settle at after a ban, and whether it was measured (see the class
@@ -843,26 +873,33 @@ class AdaptiveRateController(_PacedController):
         if outcome is Outcome.ERROR:
             return  # no growth on failures; runs of them pause the host (shared layer)
         self._pages_since_ban += 1
-        signal = self.delay_signal()
-        self._check_proof(signal)
-        step = cfg.rtt_gain
+        inflation = self.inflation()
+        self._check_proof(inflation)
+        # The relative error, in logs: up as fast as down for the same factor off the target.
+        error = math.log(cfg.rtt_target / (1.0 if inflation is None else inflation))
+        step = math.exp(cfg.rtt_gain * error)
         # Queueing above the target brakes. Once bans have given a target, the server has said
-        # how fast it wants to be asked, and only queueing at twice the target's distance
-        # (d = -1) brakes: on a noisy rate-limited host the milder readings are mostly noise.
-        if signal is not None and signal < 0 and (self.target is None or signal <= -1.0):
+        # how fast it wants to be asked, and only strong queueing (at twice the target's
+        # distance from U) brakes: on a noisy rate-limited host milder readings are mostly
+        # noise.
+        strong = 2.0 * cfg.rtt_target - 1.0
+        if inflation is not None and error < 0 and (self.target is None or inflation >= strong):
             self.slow_start = False
             self._clean_streak = 0
-            self._set_rate(self.rate * math.exp(signal * step))
+            self._set_rate(self.rate * step)
             return
         if self.slow_start:
-            if signal is None or signal > 0:
+            # Ends halfway to the target (as HyStart ends TCP's on the first rise of delay):
+            # the RTT measured lags the rate by the samples it averages, and doubling up to the
+            # target itself would overshoot it.
+            if not self._rtt_rose():
                 self._set_rate(
                     self.rate * 2.0 ** (self.current_delay() / cfg.slow_start_doubling_s)
                 )
                 return
-            self.slow_start = False  # the RTT is rising: from here on, approach the target
+            self.slow_start = False
         if self.target is None:  # no ban yet: the delay signal alone sets the pace
-            self._set_rate(self.rate * math.exp((1.0 if signal is None else signal) * step))
+            self._set_rate(self.rate * step)
             return
         if self.rate < self.target:
             self._set_rate(self.rate + (self.target - self.rate) * cfg.approach_gain)
@@ -874,15 +911,30 @@ class AdaptiveRateController(_PacedController):
             self.target *= 1.0 + self._probe
             self._probe = min(1.0, 2.0 * self._probe)
 
-    def _check_proof(self, signal: float | None) -> None:
+    def _rtt_rose(self) -> bool:
+        """Whether the RTT has risen enough to end slow start: by half the target's distance
+        from U over its value when the ceiling lifted (as HyStart ends TCP's slow start on a
+        rise of delay, not a level). From the ceiling's RTT, because U errs low on servers with
+        more than one worker, where that RTT is still unloaded; half, because the RTT measured
+        lags the rate by the samples it averages."""
+        unloaded, current = self.queueing.unloaded_s, self.queueing.current_s
+        if not self.queueing.known or unloaded is None or current is None:
+            return False
+        base = max(unloaded, self._ceiling_rtt or 0.0)
+        halfway = (self.config.rtt_target - 1.0) / 2.0 * unloaded
+        return current - base >= max(self.config.rtt_noise_s, halfway)
+
+    def _check_proof(self, inflation: float | None) -> None:
         """Count responses that show the host is fast: sent near the ceiling, RTT not inflated."""
-        if self.proven_fast or signal is None:
+        if self.proven_fast or inflation is None:
             return
         ceiling = self._ceiling_delay()
         near_ceiling = ceiling > 0 and 1.0 / self._rate_at_start <= ceiling / 0.9
-        if near_ceiling and signal > 0:
+        if near_ceiling and inflation < self.config.rtt_target:
             self._proof_streak += 1
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
+            if self.proven_fast:
+                self._ceiling_rtt = self.queueing.current_s
         else:
             self._proof_streak = 0
 

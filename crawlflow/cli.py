@@ -137,9 +137,12 @@ def crawl(
 
 
 def _run_crawl_flow(**parameters: Any) -> dict[str, Any]:
-    from flows.crawl import crawl as crawl_flow
+    from crawlflow.runtime import crawl_runtime
 
-    return crawl_flow(**parameters)
+    with crawl_runtime():
+        from flows.crawl import crawl as crawl_flow
+
+        return crawl_flow(**parameters)
 
 
 def _print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:

@@ -7,6 +7,8 @@ duplicates against the simulator's ground truth.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +37,28 @@ def coverage(crawl_dir: Path, expected: set[str]) -> dict[str, Any]:
 
 def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any]:
     from crawlflow.cli import _print_report, _run_crawl_flow
+    from crawlflow.runtime import crawl_runtime
     from websim import WebSim, WebSpec
 
     console = Console()
     # Hidden rate limits of 30-90 requests/s keep the politeness bound of the demo web (its
     # biggest server's pages over that server's limit) under 20 s.
     spec = WebSpec(hosts=hosts, pages=pages, seed=1, rate_limit_rps=(30.0, 90.0))
-    with WebSim(spec) as sim:
-        console.print(f"synthetic web: {hosts} servers, {pages} pages, hub {sim.hub_url}")
-        summary = _run_crawl_flow(
-            seeds=[sim.hub_url],
-            allow=sim.servers,
-            allow_private=True,  # the synthetic web lives on loopback
-            nodes=nodes,
-            out_dir=str(out_dir),
-        )
-        expected = sim.reachable_allowed_urls()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The synthetic web is built and started while the Prefect server and Ray start.
+        web_started = pool.submit(lambda: WebSim(spec).start())
+        with crawl_runtime(), ExitStack() as stack:
+            sim = web_started.result()
+            stack.callback(sim.stop)
+            console.print(f"synthetic web: {hosts} servers, {pages} pages, hub {sim.hub_url}")
+            summary = _run_crawl_flow(
+                seeds=[sim.hub_url],
+                allow=sim.servers,
+                allow_private=True,  # the synthetic web lives on loopback
+                nodes=nodes,
+                out_dir=str(out_dir),
+            )
+            expected = sim.reachable_allowed_urls()
     crawl_dir = Path(summary["out_dir"])
     _print_report(crawl_dir, summary)
     result = coverage(crawl_dir, expected)

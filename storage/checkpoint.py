@@ -18,6 +18,7 @@ import duckdb
 from crawler.limits import DEADLINE, NOT_ADMITTED_CLASSES
 from crawler.politeness import is_retryable
 from storage.compaction import finish_compaction
+from storage.manifest import MANIFEST
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
 
@@ -108,11 +109,16 @@ def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
 
     When a flow process is killed, its Ray actors outlive it for a moment and may still
     commit a batch; reading the checkpoint before they are gone would fetch those URLs twice.
-    Returns False if the directory was still changing after `timeout_s`.
+    Returns False if the directory was still changing after `timeout_s`. The flow's own
+    `crawl.json`, written just before this step, is no sign of a running node: a new crawl
+    does not wait.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        newest = max((p.stat().st_mtime for p in crawl_dir.rglob("*")), default=0.0)
+        newest = max(
+            (p.stat().st_mtime for p in crawl_dir.rglob("*") if p.name != MANIFEST),
+            default=0.0,
+        )
         idle = time.time() - newest
         if idle >= quiet_s:
             return True

@@ -1,10 +1,9 @@
 """Launch step: start Ray (local, or the cluster at RAY_ADDRESS), the shared state (the task
-exchange and the Bloom filter shards) and one actor per node; and the thin adapters through
-which the coordinator and the nodes reach those actors."""
+exchange and the Bloom filter shards) and one actor per node; and the thin adapter through
+which the coordinator reaches the node actors (what runs inside the actors: tasks/actors.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,17 +22,14 @@ from ray.exceptions import RayActorError  # noqa: E402
 from crawler.config import CrawlConfig  # noqa: E402
 from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
-from crawler.exchange import (  # noqa: E402
-    Beat,
-    Exchange,
-    HostState,
-    Item,
-    PeerLink,
-    Reply,
-    link_settings,
-)
-from crawler.node import CrawlerNode  # noqa: E402
+from crawler.exchange import Exchange  # noqa: E402
 from crawler.recrawl import Revisits  # noqa: E402
+from tasks.actors import (  # noqa: E402
+    LinkedCrawlerNode,
+    RayExchange,
+    RayFilterShard,
+    ensure_ray,
+)
 from tasks.allocate import NodeSpec  # noqa: E402
 
 
@@ -78,51 +74,6 @@ class RayNode:
 
     def expire(self) -> int:
         return self._get(self.actor.expire.remote())
-
-
-class RayExchange:
-    """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def heartbeat(self, beat: Beat) -> Reply:
-        return ray.get(self.actor.heartbeat.remote(beat))
-
-    def push(self, node_id: str, urls: list[Item]) -> int:
-        return ray.get(self.actor.push.remote(node_id, urls))
-
-    def pull(self, node_id: str, max_items: int) -> Reply:
-        return ray.get(self.actor.pull.remote(node_id, max_items))
-
-    def offer(self, node_id: str, states: list[HostState]) -> None:
-        ray.get(self.actor.offer.remote(node_id, states))
-
-    def snapshot(self) -> dict[str, Any]:
-        return ray.get(self.actor.snapshot.remote())
-
-    def orphan(self, node_id: str) -> list[str]:
-        return ray.get(self.actor.orphan.remote(node_id))
-
-    def put_hosts(self, states: list[HostState]) -> None:
-        ray.get(self.actor.put_hosts.remote(states))
-
-
-class RayFilterShard:
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def check_and_add(self, urls: list[str]) -> list[bool]:
-        return ray.get(self.actor.check_and_add.remote(urls))
-
-
-class LinkedCrawlerNode(CrawlerNode):
-    """The node actor. Its link to the shared state is built here, in the actor's process:
-    a link holds a thread and locks, which do not travel."""
-
-    def __init__(self, exchange: Any, **kwargs: Any) -> None:
-        link = PeerLink(link_settings(kwargs["config"]), RayExchange(exchange))
-        super().__init__(**kwargs, link=link)
 
 
 @dataclass
@@ -182,21 +133,6 @@ class Fleet:
     exchange: RayExchange
     launcher: NodeLauncher
     crawl_dir: Path
-
-
-# A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
-# it on loopback).
-LOCAL_RAY: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": False}
-
-
-def ensure_ray() -> None:
-    """Join the cluster at RAY_ADDRESS, or start a local Ray, unless already connected."""
-    if ray.is_initialized():
-        return
-    if address := os.environ.get("RAY_ADDRESS"):
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(**LOCAL_RAY)
 
 
 def start_fleet(

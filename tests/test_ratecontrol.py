@@ -19,6 +19,7 @@ from crawler.ratecontrol import (
     FixedDelayController,
     HostRateController,
     PIDDelayController,
+    QueueingDelay,
     RateControlConfig,
     RTTBand,
     RTTConcurrencyController,
@@ -701,19 +702,30 @@ def test_adaptive_network_errors_do_not_speed_up() -> None:
 # ---- adaptive on servers that slow down instead of refusing ---------------------------------
 
 
+class SeveralWorkers:
+    """A server with `workers` requests served at once, each in `service_s` (plus `latency_s`):
+    the shape websim does not model. One connection never makes it queue, so the response
+    time stays unloaded whatever the rate; only the M/M/1 reading of the ceiling's samples
+    would suggest otherwise."""
+
+    def __init__(self, latency_s: float, service_s: float) -> None:
+        self.unloaded_rtt_s = latency_s + service_s
+
+    def median_rtt_s(self, rate_rps: float) -> float:
+        return self.unloaded_rtt_s
+
+
 def run_degrading(
     controller: HostRateController,
-    capacity_rps: float,
-    latency_ms: float = 2.0,
-    pages: int = 300,
+    model: QueueingModel | SeveralWorkers,
+    pages: int = 600,
     sigma: float = 0.25,
     seed: int = 0,
-) -> tuple[list[float], float, QueueingModel]:
-    """A websim degrading host (websim/queueing.py): M/M/1 response time at the arrival rate it
-    sees, lognormal around that median, never a 429. Returns the RTTs, the elapsed time and
-    the model (the ground truth)."""
+) -> tuple[list[float], float]:
+    """A degrading host: response time at the arrival rate it sees (websim/queueing.py's
+    `ArrivalRate`), lognormal around the model's median, never a 429. Returns the RTTs and the
+    elapsed time."""
     rng = random.Random(seed)
-    model = QueueingModel(latency_ms / 1000, capacity_rps)
     arrivals = ArrivalRate()
     now = 0.0
     rtts: list[float] = []
@@ -725,25 +737,89 @@ def run_degrading(
         now = start + rtt
         controller.on_response(now, rtt, 200, None)
         rtts.append(rtt)
-    return rtts, now, model
+    return rtts, now
+
+
+DEGRADING_SEEDS = range(6)
 
 
 @pytest.mark.parametrize("capacity", [3.0, 8.0, 20.0, 40.0])
-def test_adaptive_keeps_a_degrading_server_near_its_unloaded_rtt(capacity: float) -> None:
-    rtts, elapsed, model = run_degrading(make_host_controller(RateControlConfig(), 0.0), capacity)
-    assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s
-    # As fast as a crawl held where the RTT reaches 1.5x, less the start (unloaded RTT learnt
-    # at a low rate, the ceiling until the host shows it is fast).
-    held = 300 / model.rate_at_inflation(1.5)
-    assert elapsed <= held / 0.7
+def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
+    # The issue's goals on websim's model (M/M/1, 2 ms of network latency, response times
+    # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
+    # most 1.5x the unloaded one, and the crawl on average at least 80% as fast as one held at
+    # the rate where the RTT reaches 1.5x (no run below 75%: the unloaded RTT learnt from 16
+    # noisy samples under the ceiling sets where a run settles, 1.42x of it).
+    model = QueueingModel(0.002, capacity)
+    held_s = 600 / model.rate_at_inflation(1.5)
+    speeds = []
+    for seed in DEGRADING_SEEDS:
+        controller = make_host_controller(RateControlConfig(), 0.0)
+        rtts, elapsed = run_degrading(controller, model, seed=seed)
+        assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
+        speeds.append(held_s / elapsed)
+    assert statistics.mean(speeds) >= 0.8
+    assert min(speeds) >= 0.75
 
 
 @pytest.mark.parametrize("capacity", [3.0, 20.0])
 def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
     # What the delay signal prevents: requests back to back (the old adaptive default on a host
     # that never says no) settle near rate = 1/RTT(rate), about twice the unloaded RTT.
-    rtts, _, model = run_degrading(FixedDelayController(RateControlConfig(), 0.0, 0.0), capacity)
+    model = QueueingModel(0.002, capacity)
+    controller = FixedDelayController(RateControlConfig(), 0.0, 0.0)
+    rtts, _ = run_degrading(controller, model, pages=300)
     assert statistics.median(rtts) >= 1.7 * model.unloaded_rtt_s
+
+
+@pytest.mark.parametrize("service_ms", [20.0, 500.0])
+def test_adaptive_goes_back_to_back_where_the_rtt_does_not_rise(service_ms: float) -> None:
+    # A server with several workers: the ceiling's samples, read as M/M/1, put U up to 1/6
+    # low, so the RTT reads as 1.17 U at any rate. That must not pass for queueing: slow start
+    # measures the rise from the ceiling's RTT, and the rate ends at the fetch time.
+    model = SeveralWorkers(0.002, service_ms / 1000)
+    controller = AdaptiveRateController(RateControlConfig(), 0.0)
+    rtts, _ = run_degrading(controller, model, pages=300)
+    assert controller.current_delay() == pytest.approx(controller.rtt.srtt, rel=0.05)
+    assert statistics.median(rtts[-100:]) <= 1.1 * model.unloaded_rtt_s
+
+
+def test_queueing_delay_estimates_ignore_outliers() -> None:
+    # The crawler's process descheduled on a loaded machine adds a few very slow readings;
+    # the interquartile means of log RTT must not move with them.
+    queueing = QueueingDelay(duty=0.2, samples=16, history=64, recent=16)
+    for i in range(16):
+        queueing.observe(0.050 if i % 4 else 2.0, duty=0.0)  # a quarter are stalls
+    assert queueing.known
+    assert queueing.unloaded_s == pytest.approx(0.050)
+    assert queueing.current_s == pytest.approx(0.050)
+    for _ in range(16):
+        queueing.observe(0.080, duty=0.5)  # loaded: moves the current RTT only
+    assert queueing.unloaded_s == pytest.approx(0.050)
+    assert queueing.current_s == pytest.approx(0.080)
+
+
+def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_slowed_down() -> None:
+    # The server's capacity halves mid-crawl (other clients, a slower backend): U learnt before
+    # is stale. The controller brakes to the ceiling's pace, where requests are unloaded
+    # samples again, and settles against the new U.
+    controller = AdaptiveRateController(RateControlConfig(), 0.0)
+    fast, slow = QueueingModel(0.002, 20.0), QueueingModel(0.002, 10.0)
+    _, now = run_degrading(controller, fast, pages=300)
+    rng = random.Random(1)
+    arrivals = ArrivalRate()
+    rtts = []
+    for _ in range(600):
+        start = max(controller.earliest_next(), now)
+        controller.on_request_start(start)
+        rtt = rng.lognormvariate(math.log(slow.median_rtt_s(arrivals.arrive(start))), 0.25)
+        now = start + rtt
+        controller.on_response(now, rtt, 200, None)
+        rtts.append(rtt)
+    unloaded = controller.queueing.unloaded_s
+    assert unloaded is not None
+    assert unloaded == pytest.approx(slow.unloaded_rtt_s, rel=0.1)
+    assert statistics.median(rtts[-300:]) <= 1.5 * slow.unloaded_rtt_s
 
 
 def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from crawlflow.demo import coverage
+from storage.checkpoint import wait_until_quiet
+from storage.manifest import MANIFEST
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.sim import requested_again
@@ -96,3 +98,14 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     assert not list(crawl_dir.rglob("*.tmp"))
     # Both runs' batch files, merged by the resumed run's collect step.
     assert [p.name for p in (crawl_dir / "fetches").iterdir()] == ["compacted-000001.parquet"]
+
+
+def test_a_new_crawl_does_not_wait_for_its_own_manifest(tmp_path: Path) -> None:
+    (tmp_path / MANIFEST).write_text("{}")
+    started = time.monotonic()
+    assert wait_until_quiet(tmp_path, quiet_s=30.0, timeout_s=60.0)
+    assert time.monotonic() - started < 5.0  # waiting for quiet would take 30 s
+
+    (tmp_path / "fetches").mkdir()
+    (tmp_path / "fetches" / "node-0-1.parquet").write_bytes(b"")
+    assert not wait_until_quiet(tmp_path, quiet_s=30.0, timeout_s=1.0)  # a node just wrote

@@ -1,0 +1,270 @@
+"""Start-up benchmark: where the time of a small crawl's whole command goes.
+
+Serves two fast sites on loopback (1,700 pages in all, served from memory, no rate limits)
+and runs the real `crawlflow crawl ROOT1 ROOT2 --allow-private` as a subprocess, as a user
+would, several times. The phases are read from what the command prints anyway, each line
+stamped when it arrives: "Starting temporary Prefect server on URL" (or Prefect's own
+"Starting temporary server on URL" from versions that left it to Prefect; the bench then polls
+the server's /api/health to see when it answers), Ray's token-authentication notice and "Started a
+local Ray instance", "Beginning flow run", each task's "Finished in state", the flow's, the last
+line of the summary, and the exit. Nothing in the product is there for the benchmark.
+
+The first run uses a new PREFECT_HOME (a new user's first crawl: the database is created and
+migrated); the others reuse it, as every later crawl does. Figures are the medians of those
+warm runs. Phases overlap where the command runs them side by side, so they do not add up to
+the total; the fixed overhead is the total minus the crawl task.
+
+    .venv/bin/python -m bench.startup [--quick] [--runs N] [--json PATH]
+
+Goals (issue 16): total at most 12 s with the crawl phase unchanged or faster, fixed overhead
+at most 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import results_dir
+from websim import WebSim, WebSpec
+
+# Two documentation-like sites of 850 pages each, as fast as loopback allows.
+WEB = WebSpec(
+    hosts=2,
+    pages=1700,
+    seed=3,
+    latency_ms=(1.0, 3.0),
+    rate_limit_rps=None,
+    robots_share=0.0,
+    keepalive_max=(100,),
+    keepalive_weights=(1.0,),
+    static=True,
+)
+CRAWLFLOW = Path(sys.executable).parent / "crawlflow"
+SERVER_LINE = re.compile(r"(?:Starting temporary|temporary Prefect) server on (http://[\d.:]+)")
+TASK_DONE = re.compile(r"Task run '(.+)-[0-9a-f]{3}' - Finished in state")
+CRAWL_DONE = re.compile(r"crawl done in ([\d.]+)s: (\d+) pages")
+# Each phase: (label, start marker, end marker); markers are times in seconds since launch.
+PHASES = [
+    ("CLI start-up and imports, until the Prefect server starts", "launch", "server_start"),
+    ("Prefect server start (its start line to API healthy)", "server_start", "server_ready"),
+    ("Ray start (ray.init)", "ray_start", "ray_ready"),
+    ("flow run start (after the API and imports)", "server_ready", "flow_start"),
+    ("plan, checkpoint, allocate tasks (bookkeeping)", "flow_start", "task:allocate"),
+    ("launch nodes task (actor start, and Ray if not yet)", "task:allocate", "task:launch nodes"),
+    ("crawl task", "task:launch nodes", "task:crawl"),
+    ("close nodes task", "task:crawl", "task:close nodes"),
+    ("collect task (Parquet compaction)", "task:close nodes", "task:collect"),
+    ("report task", "task:collect", "task:report"),
+    ("flow run end (bookkeeping)", "task:report", "flow_end"),
+    ("CLI summary and plot", "flow_end", "summary"),
+    ("shutdown (Ray, Prefect server, exit)", "summary", "exit"),
+    ("total: command to exit", "launch", "exit"),
+]
+
+
+@dataclass
+class Run:
+    markers: dict[str, float] = field(default_factory=dict)
+    crawl_pages: int = 0
+    crawl_s: float = 0.0
+    returncode: int | None = None
+    output: list[str] = field(default_factory=list)
+
+    def phases(self) -> dict[str, float | None]:
+        found = {}
+        for label, start, end in PHASES:
+            if start in self.markers and end in self.markers:
+                found[label] = self.markers[end] - self.markers[start]
+            else:
+                found[label] = None
+        return found
+
+    @property
+    def overhead_s(self) -> float:
+        crawl = self.markers["task:crawl"] - self.markers["task:launch nodes"]
+        return self.markers["exit"] - crawl
+
+
+def _poll_health(url: str, launched: float, run: Run) -> None:
+    """Record when the Prefect API first answers (the bench's own loopback requests)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "exit" not in run.markers:
+        try:
+            with opener.open(f"{url}/api/health", timeout=1) as response:
+                if response.status == 200:
+                    run.markers["server_ready"] = time.monotonic() - launched
+                    return
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
+def _note(run: Run, line: str, now: float, launched: float) -> None:
+    markers = run.markers
+    if (match := SERVER_LINE.search(line)) and "server_start" not in markers:
+        markers["server_start"] = now
+        threading.Thread(
+            target=_poll_health, args=(match.group(1), launched, run), daemon=True
+        ).start()
+    elif "Token authentication is enabled" in line:
+        markers.setdefault("ray_start", now)
+    elif "Started a local Ray instance" in line:
+        markers.setdefault("ray_ready", now)
+    elif "Beginning flow run" in line:
+        markers.setdefault("flow_start", now)
+    elif match := TASK_DONE.search(line):
+        markers[f"task:{match.group(1)}"] = now
+    elif "Flow run '" in line and "Finished in state" in line:
+        markers["flow_end"] = now
+    elif "achieved rate per server over time" in line:
+        markers["summary"] = now
+    if match := CRAWL_DONE.search(line):
+        run.crawl_s, run.crawl_pages = float(match.group(1)), int(match.group(2))
+
+
+def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
+    """One `crawlflow crawl` from launch to exit, its output lines stamped on arrival."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PREFECT_HOME": str(prefect_home)}
+    env.pop("PREFECT_API_URL", None)  # the default: a temporary server for this command
+    run = Run()
+    launched = time.monotonic()
+    run.markers["launch"] = 0.0
+    process = subprocess.Popen(
+        [str(CRAWLFLOW), "crawl", *roots, "--allow-private", "--out", str(out_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def read() -> None:
+        for line in stdout:
+            _note(run, line, time.monotonic() - launched, launched)
+            run.output.append(line.rstrip("\n"))
+
+    # The command's exit is what its user waits for; a child it leaves stopping (the Prefect
+    # server) may hold the pipe open a little longer.
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    run.returncode = process.wait()
+    run.markers["exit"] = time.monotonic() - launched
+    reader.join(timeout=30)
+    return run
+
+
+def help_seconds() -> float:
+    """`crawlflow --help`: the CLI's own import cost, before any command's imports."""
+    started = time.monotonic()
+    subprocess.run([str(CRAWLFLOW), "--help"], check=True, capture_output=True)
+    return time.monotonic() - started
+
+
+def load() -> str:
+    return "/".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one cold and one warm run")
+    parser.add_argument("--runs", type=int, default=None, help="runs in all (default 6)")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args()
+    runs_wanted = args.runs or (2 if args.quick else 6)
+    if runs_wanted < 2:
+        parser.error("--runs must be at least 2: one cold run and at least one warm run")
+    json_path = args.json or results_dir("startup", args.quick) / "startup.json"
+    console = Console(width=130)
+
+    runs: list[Run] = []
+    loads: list[str] = []
+    with WebSim(WEB) as sim, tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        roots = sim.host_urls
+        console.print(f"two sites: {', '.join(roots)}, {WEB.pages} pages; load {load()}")
+        prefect_home = Path(tmp) / "prefect-home"
+        for index in range(runs_wanted):
+            loads.append(load())
+            run = run_command(roots, prefect_home, Path(tmp) / f"out-{index}")
+            if run.returncode != 0:
+                console.print("\n".join(run.output[-30:]))
+                raise SystemExit(f"crawlflow crawl exited with {run.returncode}")
+            kind = "cold" if index == 0 else "warm"
+            console.print(
+                f"run {index + 1} ({kind}, load {loads[-1]}): {run.markers['exit']:.2f} s, "
+                f"crawl {run.crawl_s:.1f} s for {run.crawl_pages} pages"
+            )
+            runs.append(run)
+        help_s = statistics.median(help_seconds() for _ in range(3))
+
+    cold, warm = runs[0], runs[1:]
+    table = Table(title=f"crawlflow crawl of {WEB.pages} pages on 2 loopback sites, seconds "
+                        f"(warm: median of {len(warm)} runs)")
+    table.add_column("phase", no_wrap=True)
+    for column in ("first run (new PREFECT_HOME)", "warm median", "warm min", "warm max"):
+        table.add_column(column, justify="right")
+    figures: dict[str, Any] = {"phases": {}, "loads": loads}
+    for label, _, _ in PHASES:
+        values = [run.phases()[label] for run in warm]
+        present = [v for v in values if v is not None]
+        row = {
+            "cold": cold.phases()[label],
+            "warm_median": _median(values),
+            "warm_min": min(present) if present else None,
+            "warm_max": max(present) if present else None,
+        }
+        figures["phases"][label] = row
+        table.add_row(label, *(_fmt(v) for v in row.values()))
+    overhead = [run.overhead_s for run in warm]
+    table.add_row(
+        "fixed overhead (total minus crawl task)",
+        _fmt(cold.overhead_s),
+        _fmt(statistics.median(overhead)),
+        _fmt(min(overhead)),
+        _fmt(max(overhead)),
+    )
+    table.add_row("crawlflow --help (CLI import)", "", _fmt(help_s), "", "")
+    console.print(table)
+    figures.update(
+        overhead_warm_median_s=statistics.median(overhead),
+        help_s=help_s,
+        crawl_pages=[run.crawl_pages for run in runs],
+        markers=[run.markers for run in runs],
+    )
+    total = figures["phases"]["total: command to exit"]["warm_median"]
+    console.print(
+        f"goals: total {total:.2f} s (<= 12), fixed overhead "
+        f"{figures['overhead_warm_median_s']:.2f} s (<= 5); load during runs: {', '.join(loads)}"
+    )
+    json_path.write_text(json.dumps(figures, indent=2))
+    console.print(f"figures: {json_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The Prefect API and the Ray a command's crawl runs on, started side by side.
+
+Left to itself, Prefect starts its temporary server when the flow first calls the API (and
+imports the whole server into this process to do so), and the launch task starts Ray only
+once the plan is made: one after the other, several seconds each. Here the server process is
+started first, so that it boots while this process imports the flow and starts Ray. It is the
+server Prefect's ephemeral mode runs (`prefect.server.api.server:create_app` under uvicorn, no
+UI, only the services an ephemeral server runs, the database in PREFECT_HOME), and it stops
+when the command exits. A server the settings already name (PREFECT_API_URL, in the
+environment or the active profile) is used as it is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+STARTUP_TIMEOUT_S = 60.0  # a fresh PREFECT_HOME runs the database migrations first
+BIND_ATTEMPTS = 3  # the free port found may be taken before the server binds it
+
+
+class PrefectServer:
+    """A temporary Prefect server on a free loopback port, in a child process."""
+
+    def __init__(self) -> None:
+        self.port = _free_loopback_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "prefect.server.api.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
+            # What Prefect's own ephemeral mode sets: no UI, ephemeral services only.
+            env={
+                **os.environ,
+                "PREFECT_UI_ENABLED": "0",
+                "PREFECT__SERVER_EPHEMERAL": "1",
+                "PREFECT__SERVER_FINAL": "1",
+            },
+        )
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
+        """True once the API answers; False if the process exited first (port taken)."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                with opener.open(f"{self.api_url}/health", timeout=1) as response:
+                    if response.status == 200:
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the Prefect server did not start within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        """Ask the server to stop, without waiting: it finishes its own shutdown (flushing
+        what it received) after the command has returned."""
+        if self.process.poll() is None:
+            self.process.terminate()
+
+
+def start_prefect_server() -> PrefectServer | None:
+    """Start a temporary server unless the settings name one. It stops at exit, after
+    Prefect has sent its last logs and events: atexit runs handlers in reverse order, and
+    Prefect registers its own later."""
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    # Unless Prefect is imported already, the server is started before the settings are read
+    # (reading them imports Prefect, about a second), and stopped again if the active profile
+    # or a settings file names a server after all.
+    server = None if "prefect" in sys.modules else PrefectServer()
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url:
+        if server is not None:
+            server.stop()
+        return None
+    server = server or PrefectServer()
+    atexit.register(server.stop)
+    print(f"Starting temporary Prefect server on {server.api_url}", file=sys.stderr, flush=True)
+    return server
+
+
+def wait_for_server(server: PrefectServer) -> PrefectServer:
+    """The server once it answers, started again on another port if its port was taken."""
+    for _ in range(BIND_ATTEMPTS - 1):
+        if server.wait_ready():
+            return server
+        server = PrefectServer()
+        atexit.register(server.stop)
+    if server.wait_ready():
+        return server
+    raise RuntimeError(f"the Prefect server exited with code {server.process.returncode}")
+
+
+@contextmanager
+def crawl_runtime() -> Iterator[None]:
+    """Inside: a Prefect API to run the flow on, a local Ray started, and the flow imported.
+    A Ray started here is shut down on the way out, in the background: it takes
+    seconds, while the command prints its summary."""
+    server = start_prefect_server()
+    # Ray and the crawler (requests) are imported before the thread below starts: imports
+    # racing with each other's warning filters let urllib3 print a stray warning.
+    from tasks.actors import ensure_ray
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The flow's imports (Prefect) keep a core busy while Ray's start mostly waits for the
+        # processes it starts.
+        flow_imported = pool.submit(importlib.import_module, "flows.crawl")
+        # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing failures.
+        ray_started_here = not os.environ.get("RAY_ADDRESS") and ensure_ray()
+        flow_imported.result()
+    try:
+        if server is None:
+            yield
+        else:
+            from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
+
+            server = wait_for_server(server)
+            # The temporary server serves no UI: no "View at" link to one in the flow's log.
+            # In the environment too, for a crawl_runtime entered again inside this one.
+            os.environ["PREFECT_API_URL"] = server.api_url
+            try:
+                with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
+                    yield
+            finally:
+                del os.environ["PREFECT_API_URL"]
+    finally:
+        if ray_started_here:
+            import ray
+
+            # Not a daemon: the interpreter waits for it before it exits.
+            threading.Thread(target=ray.shutdown, name="ray-shutdown").start()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

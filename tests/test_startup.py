@@ -1,0 +1,76 @@
+"""How a crawl command starts and stops what it runs on: its own temporary Prefect server (or
+the one the settings name), a local Ray, and node actors that do not import Prefect."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from websim import WebSim, WebSpec
+
+CRAWLFLOW = str(Path(sys.executable).with_name("crawlflow"))
+TASKS = {"plan", "checkpoint", "allocate", "launch nodes", "crawl", "close nodes", "collect",
+         "report"}
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_actor_processes_import_no_prefect():
+    """Ray imports tasks.actors in every actor process; Prefect would cost each a second."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, tasks.actors; print('prefect' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"
+
+
+def test_a_server_the_settings_name_is_used_as_it_is(prefect_api):
+    from prefect.settings import get_current_settings
+
+    from crawlflow.runtime import start_prefect_server
+
+    assert get_current_settings().api.url  # set by the test harness
+    assert start_prefect_server() is None
+
+
+def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
+    spec = WebSpec(hosts=1, pages=40, seed=2, rate_limit_rps=None, latency_ms=(1.0, 2.0))
+    home = tmp_path / "prefect-home"
+    env = {**os.environ, "PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    with WebSim(spec) as sim:
+        done = subprocess.run(
+            [CRAWLFLOW, "crawl", sim.host_urls[0], "--allow-private", "--out",
+             str(tmp_path / "out")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    match = re.search(r"Starting temporary Prefect server on http://127\.0\.0\.1:(\d+)/api",
+                      done.stderr)
+    assert match, done.stderr[-2000:]
+    assert any("pages" in path.parts for path in (tmp_path / "out").rglob("*.parquet"))
+    # The server stops by itself once the command has exited, keeping what it recorded.
+    port = int(match.group(1))
+    deadline = time.monotonic() + 60
+    while _listening(port):
+        assert time.monotonic() < deadline, "the temporary Prefect server is still running"
+        time.sleep(0.2)
+    with sqlite3.connect(home / "prefect.db") as con:
+        flow_runs = con.execute("SELECT state_type FROM flow_run").fetchall()
+        task_runs = con.execute("SELECT name FROM task_run").fetchall()
+    assert flow_runs == [("COMPLETED",)]
+    assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
