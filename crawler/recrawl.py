@@ -6,19 +6,47 @@ by the probability that they changed since their last visit, so that a crawl wit
 budget spends it where the changes are.
 
 Change rate (Cho and Garcia-Molina, "Estimating frequency of change", ACM TOIT 2003). A page is
-modelled as a Poisson process of changes with rate `lambda` per night. A visit sees only
-whether the page changed since the visit before (content digests differ), not how often. Over
-`n` intervals between visits, `X` of which saw a change, their bias-reduced estimator is
+modelled as a Poisson process of changes with rate `lambda` per night. Two estimators, by what
+the server gives:
 
-    r = -ln((n - X + 0.5) / (n + 0.5))
+- Last-modified dates (their estimator for when the last-modified date is known), for
+  servers whose `Last-Modified` can be trusted (below). The age of a page when fetched (time
+  since its last change) is informative of its rate: for a Poisson process it is
+  `Exp(lambda)`, so a page dated an hour before the crawl most likely changes often and one
+  dated a year before rarely. Each visit gives a factor of the likelihood: the first, or one
+  that saw a change (`content_digest` differs), "a change `a` nights before the fetch and none
+  since" (`lambda * exp(-lambda * a)`); one that saw none, "no change over the `d` nights since
+  the visit before" (`exp(-lambda * d)`). Over a page's visits that is
+  `lambda^X * exp(-lambda * T)`: `X` changes detected, `T` nights known to be without a
+  change. With a gamma prior from the page's server, the posterior mean is
 
-changes per interval; with intervals of unequal length (a budget skips URLs some nights) we
-divide by the mean interval `T / n` (`T`: nights covered). A URL with few visits borrows
-strength from its server: one pseudo-interval of one night whose "changes" are the share of
-intervals that saw a change on the whole server (0.5 when nothing is known), so a page never
-seen changing keeps a small rate instead of zero. The revisit priority is the probability of at
-least one change since the last visit, `1 - exp(-lambda * age)`, `age` in nights; URLs never
-fetched get 1. Time is counted in crawls of the deployment (a nightly deployment: nights).
+      lambda = (m * PRIOR_NIGHTS + X) / (PRIOR_NIGHTS + T)
+
+  `m` being the server's pooled rate (its pages' `X` over their `T`): one night at the server's
+  rate, so that a single date ranks the pages of night 2 and many visits outweigh the server.
+  Ages are measured on the servers' clock: the newest date a trusted server gave in the same
+  crawl (on a web of thousands of pages, minutes before the crawl), so neither the crawler's
+  clock nor a common offset of the servers' clocks matters; one night is a day.
+- Visits and changes only (their estimator for when only the existence of a change is
+  known), for every other page: over `n` intervals between
+  visits, `X` of which saw a change, the bias-reduced estimate
+
+      r = -ln((n - X + 0.5) / (n + 0.5))
+
+  changes per interval, divided by the mean interval `T / n` (`T`: nights covered; a budget
+  skips URLs some nights). The page borrows strength from its server: one pseudo-interval of
+  one night whose "changes" are the share of intervals that saw a change on the whole server
+  (with none seen yet, the chance of a change in one night that the dated pages show across
+  the deployment, else 0.5), so a page never seen changing keeps a small rate instead of zero.
+
+A server's dates are ignored (its pages use visit counts) when they cannot be true: no
+`Last-Modified` on most answers; one date on every page (a date that never changes); most
+dates at or after the fetch time (a server that stamps "now", or a clock ahead); most of the
+changes seen by digest without a newer date.
+
+The revisit priority is the probability of at least one change since the last visit,
+`1 - exp(-lambda * age)`, `age` in nights; URLs never fetched get 1. Time between visits is
+counted in crawls of the deployment (a nightly deployment: nights).
 
 What "changed" means never rests on the validators alone: a 304 says "unchanged", every 200 is
 compared by `content_digest`, so a server whose ETag changes on every answer, or whose
@@ -33,6 +61,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from itertools import pairwise
 from pathlib import Path
 
 import duckdb
@@ -41,7 +70,10 @@ from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0
 RANKING_POLICIES = ("quality", "capability")  # the policies that rank URLs by their score
-PRIOR_CHANGE_SHARE = 0.5  # a server with no intervals observed yet
+PRIOR_CHANGE_SHARE = 0.5  # a server with no intervals observed yet, on a web with no dates
+PRIOR_NIGHTS = 1.0  # weight of the server's rate in a dated page's estimate
+NIGHT_S = 86_400.0
+STAMPED_NOW_S = 60.0  # a Last-Modified this close to the fetch time is the server's "now"
 
 
 class RecrawlError(ValueError):
@@ -78,6 +110,16 @@ def change_rate(intervals: int, changes: float, nights: float) -> float:
     return per_interval * intervals / nights
 
 
+@dataclass(slots=True, frozen=True)
+class Observation:
+    """One visit: when (crawl index, fetch time) and what the server said of the last change."""
+
+    index: int
+    fetched: float  # epoch seconds
+    modified: float | None  # the Last-Modified, epoch seconds; None: none or malformed
+    changed: bool  # the digest differs from the visit before's (False on the first visit)
+
+
 @dataclass(slots=True)
 class Visits:
     """One URL's record over the earlier crawls of its deployment."""
@@ -92,13 +134,77 @@ class Visits:
     intervals: int = 0
     changes: int = 0
     nights: int = 0
+    observations: list[Observation] = field(default_factory=list)
 
-    def visit(self, index: int, digest: str | None, fetch_time: datetime) -> None:
+    def visit(
+        self, index: int, digest: str | None, fetch_time: datetime, last_modified: str | None = None
+    ) -> None:
+        changed = False
         if self.last_index >= 0:
+            changed = digest != self.digest
             self.intervals += 1
             self.nights += index - self.last_index
-            self.changes += digest != self.digest
+            self.changes += changed
         self.last_index, self.digest, self.fetch_time = index, digest, fetch_time
+        self.last_modified = last_modified
+        self.observations.append(
+            Observation(index, _epoch(fetch_time), _parse_http_date(last_modified), changed)
+        )
+
+
+def _epoch(moment: datetime) -> float:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _parse_http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return _epoch(parsedate_to_datetime(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def dates_trusted(pages: list[list[Observation]]) -> bool:
+    """Whether a server's Last-Modified dates can be true (the module doc says when not)."""
+    dated = [o for page in pages for o in page if o.modified is not None]
+    answers = sum(len(page) for page in pages)
+    if not dated or 2 * len(dated) < answers:
+        return False
+    dated_pages = sum(any(o.modified is not None for o in page) for page in pages)
+    if dated_pages > 1 and len({o.modified for o in dated}) == 1:
+        return False
+    if 2 * sum(o.modified >= o.fetched - STAMPED_NOW_S for o in dated) > len(dated):
+        return False
+    changes = [(a, b) for page in pages for a, b in pairwise(page) if b.changed]
+    undated = sum(
+        a.modified is not None and b.modified is not None and b.modified <= a.modified
+        for a, b in changes
+    )
+    return 2 * undated <= len(changes)
+
+
+def dated_evidence(
+    observations: list[Observation], clock: dict[int, float]
+) -> tuple[int, float] | None:
+    """(changes detected `X`, nights known without a change `T`) of a page from its dates and
+    `clock` (crawl index -> the servers' time of that crawl); None if a visit had no date."""
+    if any(o.modified is None for o in observations):
+        return None
+    first = observations[0]
+    changes, quiet = 1, max(0.0, clock[first.index] - first.modified)
+    for before, visit in pairwise(observations):
+        if visit.changed:
+            changes += 1
+            quiet += max(0.0, clock[visit.index] - visit.modified)
+        else:
+            quiet += max(0.0, clock[visit.index] - clock[before.index])
+    return changes, quiet / NIGHT_S
+
+
+def dated_rate(server_rate: float, changes: int, quiet_nights: float) -> float:
+    """Posterior mean of a page's rate (gamma prior: `PRIOR_NIGHTS` at the server's rate)."""
+    return (server_rate * PRIOR_NIGHTS + changes) / (PRIOR_NIGHTS + quiet_nights)
 
 
 @dataclass(slots=True)
@@ -152,6 +258,37 @@ class Revisits:
 def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisits:
     """Rank the URLs of `history` (gathered over `crawls` earlier crawls) for crawl number
     `crawls` (0-based) of the deployment."""
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for url, visits in history.items():
+        if visits.observations:
+            by_host[url.split("/", 3)[2]].append(url)
+    trusted = {
+        host
+        for host, urls in by_host.items()
+        if dates_trusted([history[url].observations for url in urls])
+    }
+    clock: dict[int, float] = {}  # crawl index -> newest trusted date, capped at its fetch
+    for host in trusted:
+        for url in by_host[host]:
+            for o in history[url].observations:
+                if o.modified is not None:
+                    clock[o.index] = max(clock.get(o.index, -math.inf), min(o.modified, o.fetched))
+
+    rates: dict[str, float] = {}
+    for host in trusted:
+        evidence = {url: dated_evidence(history[url].observations, clock) for url in by_host[host]}
+        dated = [e for e in evidence.values() if e is not None]
+        quiet = sum(e[1] for e in dated)
+        server_rate = sum(e[0] for e in dated) / quiet if quiet else 0.0
+        for url, e in evidence.items():
+            if e is not None:
+                rates[url] = dated_rate(server_rate, *e)
+    unseen_share = (
+        sum(1.0 - math.exp(-rate) for rate in rates.values()) / len(rates)
+        if rates
+        else PRIOR_CHANGE_SHARE
+    )
+
     per_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for url, visits in history.items():
         tally = per_host[url.split("/", 3)[2]]
@@ -163,11 +300,13 @@ def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisi
         if visits.last_index < 0:
             priority = NEW_URL_PRIORITY
         else:
-            intervals, changed = per_host[url.split("/", 3)[2]]
-            if not intervals:
-                intervals, changed = overall
-            share = changed / intervals if intervals else PRIOR_CHANGE_SHARE
-            rate = change_rate(visits.intervals + 1, visits.changes + share, visits.nights + 1)
+            rate = rates.get(url)
+            if rate is None:
+                intervals, changed = per_host[url.split("/", 3)[2]]
+                if not intervals:
+                    intervals, changed = overall
+                share = changed / intervals if intervals else unseen_share
+                rate = change_rate(visits.intervals + 1, visits.changes + share, visits.nights + 1)
             priority = 1.0 - math.exp(-rate * (crawls - visits.last_index))
         revisits.urls[url] = KnownUrl(
             visits.depth,
@@ -214,8 +353,8 @@ def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
                 if visits is None:
                     visits = history[url] = Visits(depth, fetch_time)
                 visits.depth = min(visits.depth, depth)
-                visits.visit(index, digest, fetch_time)
-                visits.etag, visits.last_modified = etag, last_modified
+                visits.visit(index, digest, fetch_time, last_modified)
+                visits.etag = etag
         discovered = sorted(str(p) for p in (crawl_dir / "discovered").glob("*.parquet"))
         if discovered:
             for url, depth in con.execute(

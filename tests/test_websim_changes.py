@@ -10,7 +10,17 @@ import pytest
 import requests
 
 from websim import WebSim, WebSpec
-from websim.changes import ETAG_CHURN, GOOD, LASTMOD_FROZEN, NONE, ChangeModel
+from websim.changes import (
+    CREATED_WITHIN_NIGHTS,
+    ETAG_CHURN,
+    GOOD,
+    LASTMOD_FROZEN,
+    NIGHT_S,
+    NIGHT_ZERO,
+    NONE,
+    ChangeModel,
+    http_date,
+)
 from websim.graph import build_web
 
 
@@ -24,6 +34,22 @@ def test_a_tenth_of_the_pages_changes_per_night_with_skewed_rates():
     # Same seed, same nights.
     again = ChangeModel(build_web(WebSpec(hosts=50, pages=20_000, seed=7)))
     assert [len(again.advance()) for _ in range(5)] == [round(s * 20_000) for s in shares]
+
+
+def test_last_change_before_night_0_comes_from_each_pages_own_process():
+    model = ChangeModel(build_web(WebSpec(hosts=30, pages=6_000, seed=14)))
+    nights_ago = (NIGHT_ZERO - model.changed_at) / NIGHT_S
+    assert (nights_ago >= 0).all() and (nights_ago <= CREATED_WITHIN_NIGHTS).all()
+    assert len(np.unique(model.changed_at)) > 5_900  # a date per page, not one for all
+    # Exp(rate) ago: the fastest tenth of the pages changed far more recently than the slowest.
+    order = np.argsort(model.rates)
+    assert np.median(nights_ago[order[-600:]]) < 2.0 < 100.0 < np.median(nights_ago[order[:600]])
+    # Seeded: the same dates in another process; a change during night n is dated in it.
+    again = ChangeModel(build_web(WebSpec(hosts=30, pages=6_000, seed=14)))
+    assert (again.changed_at == model.changed_at).all()
+    changed = model.advance()
+    night_1 = (model.changed_at[changed] - NIGHT_ZERO) / NIGHT_S
+    assert ((night_1 >= 0) & (night_1 <= 1)).all() and len(np.unique(night_1)) > 100
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +81,7 @@ def test_validators_and_304s_follow_each_servers_kind(web):
     url = web.url_of(good[1])
     first = session.get(url)
     etag, modified = first.headers["ETag"], first.headers["Last-Modified"]
+    assert modified == http_date(web.changes.last_change(good[1]))
     assert session.get(url, headers={"If-None-Match": etag}).status_code == 304
     assert session.get(url, headers={"If-Modified-Since": modified}).status_code == 304
     # Nights pass until that page changes: then the same validators get the new page.

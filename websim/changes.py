@@ -9,8 +9,16 @@ s)^-k`. The web starts at night 0; `WebSim.advance_night()` moves every server (
 parent's ground truth, drawn from the same seed) to the next night. A changed page is the same
 page with a new revision paragraph.
 
+Last change, as `Last-Modified` and sitemap `lastmod` give it. Before night 0 each page has a
+history drawn from its own process: it was created up to `CREATED_WITHIN_NIGHTS` before night 0
+(uniformly), and its last change is `Exp(rate)` nights before night 0 (the backward recurrence
+time of a Poisson process), or its creation if that is earlier; so fast pages carry recent dates
+and slow ones old dates, as on the real web. A page that changes during night n last changed at
+a time within (n - 1, n] drawn the same way (the time since its last change, given at least one
+change in that night). Dates are whole seconds, as HTTP dates are.
+
 Validators per server, as servers really behave:
-- `good`: `ETag` (page and revision) and `Last-Modified` (the night of its last change), and
+- `good`: `ETag` (page and revision) and `Last-Modified` (the time of its last change), and
   answers `If-None-Match` (which wins) or `If-Modified-Since` with 304 when they match;
 - `none`: no validators, always 200;
 - `etag_churn`: an `ETag` that is new on every answer (a per-request id), never 304;
@@ -37,6 +45,7 @@ from websim.graph import PDF, Web
 # Night 0 is 2026-01-01T00:00:00Z; night n is n days later (the web's clock, not the wall's).
 NIGHT_ZERO = 1_767_225_600
 NIGHT_S = 86_400
+CREATED_WITHIN_NIGHTS = 3 * 365
 GOOD, NONE, ETAG_CHURN, LASTMOD_FROZEN = "good", "none", "etag_churn", "lastmod_frozen"
 _FAULTY = (NONE, ETAG_CHURN, LASTMOD_FROZEN)
 SITEMAP_INDEX = "/sitemap_index.xml"
@@ -79,19 +88,31 @@ class ChangeModel:
         self.night = 0
         self.version = np.zeros(n, dtype=np.int64)
         self.changed_night = np.zeros(n, dtype=np.int64)
+        history = np.random.default_rng([spec.seed, 14, 0])  # nights >= 1 seed advance()
+        created_ago = history.uniform(0.0, CREATED_WITHIN_NIGHTS, n)
+        with np.errstate(divide="ignore"):
+            changed_ago = history.exponential(1.0, n) / self.rates  # rate 0: never changed
+        ago = np.minimum(changed_ago, created_ago)
+        self.changed_at = np.floor(NIGHT_ZERO - ago * NIGHT_S).astype(np.int64)
         self._churn = itertools.count()
 
     def advance(self) -> np.ndarray:
         """Move to the next night; returns the ids of the pages that changed."""
         self.night += 1
-        counts = np.random.default_rng([self.web.spec.seed, 14, self.night]).poisson(self.rates)
+        rng = np.random.default_rng([self.web.spec.seed, 14, self.night])
+        counts = rng.poisson(self.rates)
         changed = np.flatnonzero(counts)
         self.version += counts
         self.changed_night[changed] = self.night
+        # Time from the last change to the night's end, given a change in the night: the
+        # exponential truncated to one night, drawn by inversion.
+        rates = self.rates[changed]
+        ago = -np.log1p(-rng.random(len(changed)) * -np.expm1(-rates)) / rates
+        self.changed_at[changed] = np.floor(NIGHT_ZERO + (self.night - ago) * NIGHT_S)
         return changed
 
     def last_change(self, page: int) -> float:
-        return NIGHT_ZERO + NIGHT_S * int(self.changed_night[page])
+        return float(self.changed_at[page])
 
     def body(self, page: int, base: bytes) -> bytes:
         """The page as of tonight: its base rendering plus its revision paragraph."""
