@@ -32,13 +32,16 @@ def batch_file_name(prefix: str, sequence: int) -> FileName:
 
 
 def next_free_sequence(directories: list[Path], prefix: str) -> int:
-    """The batch number after the last one a predecessor with this prefix left."""
-    taken = [
-        int(path.stem.rsplit("-", 1)[1])
-        for directory in directories
-        for path in directory.glob(f"{prefix}-*.parquet")
-        if path.stem.rsplit("-", 1)[1].isdigit()
-    ]
+    """The batch number after the last one a predecessor with this prefix left, in any of
+    `directories`: Parquet batches and WARC files alike. A compaction removes the batches'
+    Parquet files but never their WARC files, whose records committed rows point into, so a
+    resumed crawl must not number a batch as one of those."""
+    taken = []
+    for directory in directories:
+        for path in directory.glob(f"{prefix}-*"):
+            number = path.name[len(prefix) + 1 :].split(".", 1)[0]
+            if number.isdigit():
+                taken.append(int(number))
     return max(taken, default=0) + 1
 
 
@@ -100,7 +103,10 @@ class CommitGroupWriter:
         self._last_flush = time.monotonic()
         for directory, _ in datasets.values():
             directory.mkdir(parents=True, exist_ok=True)
-        self._sequence = next_free_sequence([d for d, _ in datasets.values()], prefix)
+        directories = [d for d, _ in datasets.values()]
+        if archive is not None:
+            directories.append(archive.directory)
+        self._sequence = next_free_sequence(directories, prefix)
 
     def record(
         self, rows: dict[str, list[dict[str, Any]]], exchange: Exchange | None = None

@@ -133,3 +133,37 @@ def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_pat
         assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
             crawl_dir / filename, offset, length
         )
+
+
+def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawled, tmp_path):
+    import shutil
+
+    crawl_dir = tmp_path / "c1"
+    shutil.copytree(crawled[0], crawl_dir)
+    compact(crawl_dir)  # the fetches batches are gone; the WARC files their rows point at stay
+    kept = {p.name: p.read_bytes() for p in (crawl_dir / WARC_DIR).iterdir()}
+    sim = crawled[1]
+    hosts = sim.servers
+    config = CrawlConfig(
+        max_connections=3, write_batch_rows=15, rate_control={"mode": "fixed", "fixed_delay_s": 0}
+    )
+    node = CrawlerNode("node-0", "c1", str(tmp_path), config, hosts, hosts, True, None)
+    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    coordinator.seed([sim.hub_url])
+    coordinator.run(poll_s=0.02)
+    node.close()
+    for name, data in kept.items():  # not one WARC file of the first run overwritten
+        assert (crawl_dir / WARC_DIR / name).read_bytes() == data
+    rows = (
+        connect(crawl_dir)
+        .execute(
+            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
+            "WHERE warc_filename IS NOT NULL"
+        )
+        .fetchall()
+    )
+    assert len(rows) > len(kept)
+    for url, filename, offset, length in rows:
+        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
+            crawl_dir / filename, offset, length
+        )
