@@ -91,7 +91,7 @@ def crawl_night(
     """One night's crawl, planned as the flow plans it."""
     hosts = sim.servers
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=not full)
-    revisits = load_revisits(out, manifest)
+    revisits = load_revisits(out, manifest, hosts)
     config = CrawlConfig(
         policy=policy, sitemaps=sitemaps, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
     )

@@ -200,10 +200,10 @@ def warc_get(
 
     con = connect(directory)
     try:
-        path, offset, length = locate_record(con, directory, url)
+        record = read_record(*locate_record(con, directory, url))
     except RecordNotFound as exc:
         raise UserError(str(exc)) from None
-    sys.stdout.buffer.write(read_record(path, offset, length))
+    sys.stdout.buffer.write(record)
     sys.stdout.flush()
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
@@ -233,8 +234,16 @@ def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
 
 
 def read_record(path: Path, offset: int, length: int) -> bytes:
-    """One record, uncompressed: WARC headers, HTTP headers and payload as stored."""
-    with open(path, "rb") as file:
-        file.seek(offset)
-        member = file.read(length)
-    return gzip.decompress(member)
+    """One record, uncompressed: WARC headers, HTTP headers and payload as stored. Raises
+    RecordNotFound when the file cannot give it (damaged, truncated, or not where it was)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(offset)
+            member = file.read(length)
+        if len(member) < length:
+            raise EOFError("the file ends before the record does")
+        return gzip.decompress(member)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise RecordNotFound(
+            f"the WARC record at {path}:{offset} (+{length}) cannot be read: {exc}"
+        ) from None

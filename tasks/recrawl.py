@@ -9,6 +9,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from crawler.recrawl import RecrawlError, Revisits, plan_revisits, read_history
+from crawler.urls import host_key
 from storage.manifest import (
     Manifest,
     deployment_key,
@@ -39,8 +40,9 @@ def start_manifest(
     return manifest
 
 
-def load_revisits(out_dir: Path, manifest: Manifest) -> Revisits | None:
-    """The history of the crawls up to `manifest.since`, ranked for this crawl."""
+def load_revisits(out_dir: Path, manifest: Manifest, scope_hosts: list[str]) -> Revisits | None:
+    """The history of the crawls up to `manifest.since`, ranked for this crawl. Only URLs of
+    servers in this crawl's scope: `--since` may name a crawl of other servers too."""
     if manifest.since is None:
         return None
     since = read_manifest(out_dir / manifest.since) or Manifest(
@@ -52,7 +54,13 @@ def load_revisits(out_dir: Path, manifest: Manifest) -> Revisits | None:
         if m.started <= since.started and m.crawl_id != since.crawl_id
     ]
     chain.append(since)
-    return plan_revisits(read_history(out_dir, chain), len(chain), since.crawl_id)
+    in_scope = set(scope_hosts)
+    history = {
+        url: visits
+        for url, visits in read_history(out_dir, chain).items()
+        if host_key(url) in in_scope
+    }
+    return plan_revisits(history, len(chain), since.crawl_id)
 
 
 @task(name="revisits", cache_policy=NO_CACHE)
@@ -62,7 +70,7 @@ def plan_recrawl(
     """None for a full crawl; else every URL the earlier nights know, with its validators and
     revisit priority (crawler/recrawl.py)."""
     manifest = start_manifest(Path(out_dir), crawl_id, scope_hosts, since, incremental)
-    revisits = load_revisits(Path(out_dir), manifest)
+    revisits = load_revisits(Path(out_dir), manifest, scope_hosts)
     if revisits is not None:
         get_run_logger().info(
             "incremental crawl: revisiting %d URLs known from crawl %s and before",

@@ -11,6 +11,7 @@ from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
 from crawler.recrawl import start_urls
+from crawler.urls import host_key
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
@@ -39,7 +40,7 @@ def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) ->
     hosts = sim.servers
     budget = options.pop("max_pages", None)
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=True)
-    revisits = load_revisits(out, manifest)
+    revisits = load_revisits(out, manifest, hosts)
     node = CrawlerNode(
         "node-0",
         crawl_id,
@@ -117,3 +118,13 @@ def test_a_newer_lastmod_puts_a_changed_url_first(web, tmp_path):
     known = len(web.reachable_allowed_urls())
     assert len(caught) >= 0.6 * len(changed)
     assert len(caught) >= 2.5 * len(changed) * (len(changed) + 10) / known
+
+
+def test_a_recrawl_revisits_only_the_servers_in_its_scope(web, tmp_path):
+    night(web, tmp_path, "all", [web.hub_url])
+    one = web.servers[:1]
+    # A crawl of one server naming, as --since, the crawl of them all.
+    manifest = start_manifest(tmp_path, "one", one, "all", incremental=True)
+    revisits = load_revisits(tmp_path, manifest, one)
+    assert revisits is not None and revisits.urls
+    assert {host_key(url) for url in revisits.urls} == set(one)

@@ -167,3 +167,18 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
         assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
             crawl_dir / filename, offset, length
         )
+
+
+def test_warc_get_on_a_damaged_warc_file_is_a_one_line_error(crawled, tmp_path, capsysbinary):
+    import shutil
+
+    crawl_dir = tmp_path / "c1"
+    shutil.copytree(crawled[0], crawl_dir)
+    for damage in (b"", b"not gzip at all" * 100_000):  # truncated, then overwritten
+        for path in (crawl_dir / WARC_DIR).iterdir():
+            path.write_bytes(damage)
+        with pytest.raises(SystemExit) as exit_info:
+            main(["warc-get", str(crawl_dir), crawled[1].host_urls[0]])
+        assert exit_info.value.code == 2
+        err = capsysbinary.readouterr().err.decode()
+        assert err.startswith("crawlflow: error: the WARC record at ") and err.count("\n") == 1
