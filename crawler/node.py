@@ -635,14 +635,14 @@ class CrawlerNode:
         fetched: list[FetchResult] = []
 
         def fetch(url: str) -> FetchResult:
+            if self._stopping:  # the deadline or the end of the crawl: no more sitemaps
+                return FetchResult(url, error="stopped")
             if not server.robots or not server.robots.allowed(url, self.config.user_agent):
                 return FetchResult(url, error="robots_disallowed")
             wait = server.controller.earliest_next() - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            result = session.get(url)
-            with self._lock:
-                server.stats.on_response(result.status, result.rtt_s, result.headers)
+            result, _ = self._paced_get(server, session, url)
             fetched.append(result)
             return result
 
@@ -725,14 +725,20 @@ class CrawlerNode:
             self._in_flight.finish(time.monotonic(), result.rtt_s or 0.0, result.status)
             self._lock.notify_all()
 
-    def _fetch(self, server: Server, session: ServerSession, task: UrlTask) -> bool:
-        """Fetch one URL; False when the connection should end (the server pushed back)."""
+    def _paced_get(
+        self,
+        server: Server,
+        session: ServerSession,
+        url: str,
+        conditional: dict[str, str] | None = None,
+    ) -> tuple[FetchResult, float | None]:
+        """One request, counted by the in-flight limit and the server's rate controller (so
+        the next one waits its turn); returns the result and its `Retry-After`, if any."""
         self._take_slot()
         started = time.monotonic()
         with self._lock:
             server.controller.on_request_start(started)
-        conditional = self._revisits.conditional_headers(task.url) if self._revisits else None
-        result = session.get(task.url, conditional)
+        result = session.get(url, conditional)
         self._free_slot(result)
         now = time.monotonic()
         retry_after = parse_retry_after(
@@ -744,6 +750,13 @@ class CrawlerNode:
             )
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             self._touched.add(server.host)
+        return result, retry_after
+
+    def _fetch(self, server: Server, session: ServerSession, task: UrlTask) -> bool:
+        """Fetch one URL; False when the connection should end (the server pushed back)."""
+        conditional = self._revisits.conditional_headers(task.url) if self._revisits else None
+        result, retry_after = self._paced_get(server, session, task.url, conditional)
+        now = time.monotonic()
         retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
         if retry_in is None and is_retryable(result.status, result.error):
             # The last try of a URL that kept failing: the row says it was given up.

@@ -128,3 +128,25 @@ def test_a_recrawl_revisits_only_the_servers_in_its_scope(web, tmp_path):
     revisits = load_revisits(tmp_path, manifest, one)
     assert revisits is not None and revisits.urls
     assert {host_key(url) for url in revisits.urls} == set(one)
+
+
+def test_sitemap_fetches_keep_the_servers_crawl_delay(tmp_path):
+    spec = WebSpec(
+        hosts=1,
+        pages=8,
+        seed=5,
+        rate_limit_rps=None,
+        latency_ms=(0.5, 1.0),
+        robots_share=1.0,
+        crawl_delay_share=1.0,
+        crawl_delay_s=0.2,
+        sitemap_share=1.0,
+        validator_fault_share=0.0,
+    )
+    with WebSim(spec) as sim:
+        night(sim, tmp_path, "c1", sim.host_urls, max_depth=0)
+        times = [e["time"] for e in sim.request_log() if e["path"] != "/robots.txt"]
+        paths = [e["path"] for e in sim.request_log()]
+    assert any(path.startswith("/sitemap") for path in paths)
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert len(gaps) >= 4 and min(gaps) >= 0.18  # Crawl-delay: 0.2, sitemaps included
