@@ -146,6 +146,14 @@ class CrawlConfig(BaseModel):
         RateControlConfig.from_dict(value)  # raises ValueError naming the bad key
         return value
 
+    @field_validator("strip_params")
+    @classmethod
+    def _valid_strip_params(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.rstrip("*"):
+                raise ValueError(f"{name!r} names no parameter (a prefix needs letters before *)")
+        return value
+
     @field_validator("quality_file")
     @classmethod
     def _valid_quality_file(cls, value: str | None) -> str | None:

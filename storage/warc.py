@@ -24,7 +24,7 @@ import gzip
 import io
 import os
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -56,7 +56,6 @@ class Exchange:
     # For a 304: the date and payload digest of the earlier capture it stands for.
     refers_to_date: datetime | None = None
     refers_to_digest: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def warc_name(batch_file: str) -> str:
@@ -147,7 +146,6 @@ class WarcBatchWriter:
         warc_headers = {
             "WARC-Date": _iso(exchange.date),
             "WARC-Concurrent-To": request.rec_headers.get_header("WARC-Record-ID"),
-            **exchange.extra,
         }
         if exchange.truncated:
             warc_headers["WARC-Truncated"] = exchange.truncated

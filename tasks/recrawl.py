@@ -27,6 +27,13 @@ def start_manifest(
     crawl_dir = out_dir / crawl_id
     manifest = read_manifest(crawl_dir)
     if manifest is not None:
+        wanted = since if since is not None else (None if not incremental else manifest.since)
+        if wanted != manifest.since:
+            started_as = f"revisits {manifest.since}" if manifest.since else "is a full crawl"
+            raise RecrawlError(
+                f"crawl {crawl_id} {started_as}; a resumed run cannot change that "
+                "(drop --since/--full, or start a new crawl id)"
+            )
         return manifest
     if since is not None and not (out_dir / since / "fetches").is_dir():
         raise RecrawlError(f"--since {since}: no crawl output in {out_dir / since}")

@@ -58,3 +58,12 @@ def test_sql_error_is_one_line(tmp_path, capsys):
     assert code == 2
     assert err.startswith("crawlflow: error: SQL error")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("names", ['["*"]', '[""]', '["utm_*", "**"]'])
+def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names):
+    config = tmp_path / "crawl.toml"
+    config.write_text(f"strip_params = {names}\n")
+    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
+    assert code == 2
+    assert "strip_params" in err and len(err.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
-from crawler.recrawl import start_urls
+from crawler.recrawl import RecrawlError, start_urls
 from crawler.urls import host_key
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
@@ -150,3 +150,15 @@ def test_sitemap_fetches_keep_the_servers_crawl_delay(tmp_path):
     assert any(path.startswith("/sitemap") for path in paths)
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
     assert len(gaps) >= 4 and min(gaps) >= 0.18  # Crawl-delay: 0.2, sitemaps included
+
+
+def test_a_resumed_crawl_keeps_what_it_revisits(tmp_path):
+    (tmp_path / "n1" / "fetches").mkdir(parents=True)
+    hosts = ["127.0.0.1:9"]
+    start_manifest(tmp_path, "n2", hosts, "n1", incremental=True)
+    assert start_manifest(tmp_path, "n2", hosts, None, incremental=True).since == "n1"
+    with pytest.raises(RecrawlError, match="revisits n1"):
+        start_manifest(tmp_path, "n2", hosts, None, incremental=False)  # --full on resume
+    start_manifest(tmp_path, "full", hosts, None, incremental=False)
+    with pytest.raises(RecrawlError, match="is a full crawl"):
+        start_manifest(tmp_path, "full", hosts, "n1", incremental=True)
