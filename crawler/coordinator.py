@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,8 +130,10 @@ class Coordinator:
 
     # ---- start -------------------------------------------------------------------------------
 
-    def seed(self, urls: list[str]) -> None:
-        self._route([(url, 0) for url in urls])
+    def seed(self, urls: list[str], depths: Mapping[str, int] | None = None) -> None:
+        """Start from `urls`, each at its depth in `depths` (a recrawl's known URLs), else 0."""
+        depths = depths or {}
+        self._route([(url, depths.get(url, 0)) for url in urls])
         self._begin()
 
     def resume(

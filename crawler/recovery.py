@@ -17,6 +17,7 @@ batches they are about to commit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +40,17 @@ class Recovered:
 
 class OutputRecovery:
     def __init__(
-        self, crawl_dir: Path, seeds: list[str], admitted_before: set[str] | None = None
+        self,
+        crawl_dir: Path,
+        seeds: list[str],
+        admitted_before: set[str] | None = None,
+        depths: Mapping[str, int] | None = None,
     ) -> None:
         """`admitted_before`: the URLs a resumed crawl's earlier runs admitted (its checkpoint):
         their budget was spent before this run, by nodes whose ids this run reuses."""
         self.crawl_dir = crawl_dir
         self.seeds = seeds
+        self.depths = depths or {}
         self.admitted_before = admitted_before or set()
 
     def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
@@ -103,7 +109,7 @@ class OutputRecovery:
             states[host].limits = counts
         for seed in self.seeds:
             if seed.split("/", 3)[2] in states:
-                pending.setdefault(seed, 0)
+                pending.setdefault(seed, self.depths.get(seed, 0))
         for url in done:
             states[url.split("/", 3)[2]].seen.append(url)
         for url, depth in pending.items():

@@ -102,6 +102,20 @@ def start_urls(
     return seeds + known
 
 
+def start_depths(seeds: list[str], revisits: Revisits | None) -> dict[str, int]:
+    """The depth each known URL of a recrawl starts at: the one the earlier crawls found it at,
+    so `--max-depth` and `max_depth_per_host` count from the seeds night after night instead of
+    again from every revisited URL. This crawl's own seeds start at 0; absent URLs too."""
+    if revisits is None:
+        return {}
+    given = set(seeds)
+    return {
+        url: known.depth
+        for url, known in revisits.urls.items()
+        if known.depth > 0 and url not in given
+    }
+
+
 def change_rate(intervals: int, changes: float, nights: float) -> float:
     """Cho and Garcia-Molina's bias-reduced estimate, in changes per night."""
     if intervals <= 0 or nights <= 0:

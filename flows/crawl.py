@@ -9,7 +9,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from crawler.config import config_from_dict
-from crawler.recrawl import start_urls
+from crawler.recrawl import start_depths, start_urls
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
@@ -52,7 +52,8 @@ def crawl(
     scope = plan_crawl(seeds, allow or [], allow_private)
     revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, since, incremental)
     start = start_urls(scope.seeds, revisits, max_pages, settings.policy)
-    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s)
+    depths = start_depths(scope.seeds, revisits)
+    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s, depths)
     specs = allocate_nodes(scope, nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
         crawl_id,
@@ -66,7 +67,7 @@ def crawl(
         revisits,
     )
     try:
-        usage = drive_crawl(fleet, start, max_pages, checkpoint)
+        usage = drive_crawl(fleet, start, max_pages, checkpoint, depths)
     finally:
         close_nodes(fleet)
     collect_output(out_dir, crawl_id)

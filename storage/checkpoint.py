@@ -10,6 +10,7 @@ no page is kept whose links were lost, and no URL counts as done whose page was 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +63,12 @@ def _final(status: int | None, error: str | None) -> bool:
     return not is_retryable(status, error)
 
 
-def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
+def load_checkpoint(
+    crawl_dir: Path, seeds: list[str], depths: Mapping[str, int] | None = None
+) -> Checkpoint:
     """Read a (possibly crashed) crawl's output: what is done, and what is left to fetch from
-    the discovered URLs and the seeds. Empty when the crawl has not started."""
+    the discovered URLs and the seeds (at their depth in `depths`, else 0). Empty when the
+    crawl has not started."""
     *partial, commit = (crawl_dir / name for name in COMMITTED_DATASETS)
     if not commit.is_dir():
         return Checkpoint()
@@ -100,7 +104,8 @@ def load_checkpoint(crawl_dir: Path, seeds: list[str]) -> Checkpoint:
     if not checkpoint.empty:
         for seed in seeds:
             if seed not in checkpoint.done:
-                checkpoint.pending.setdefault(seed, (0, attempts.get(seed, 0) + 1))
+                depth = depths.get(seed, 0) if depths else 0
+                checkpoint.pending.setdefault(seed, (depth, attempts.get(seed, 0) + 1))
     return checkpoint
 
 

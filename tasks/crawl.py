@@ -21,9 +21,14 @@ from tasks.launch import Fleet
 
 @task(name="crawl", cache_policy=NO_CACHE)
 def drive_crawl(
-    fleet: Fleet, seeds: list[str], max_pages: int | None, checkpoint: Checkpoint
+    fleet: Fleet,
+    seeds: list[str],
+    max_pages: int | None,
+    checkpoint: Checkpoint,
+    depths: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
+    """`depths`: where a recrawl's known URLs among `seeds` start (crawler.recrawl.start_depths).
+    Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     logger = get_run_logger()
     config = fleet.launcher.config
     surcharge = None
@@ -39,11 +44,11 @@ def drive_crawl(
         fleet.owner,
         max_pages,
         exchange=fleet.exchange,
-        recover=OutputRecovery(fleet.crawl_dir, seeds, set(checkpoint.admitted)),
+        recover=OutputRecovery(fleet.crawl_dir, seeds, set(checkpoint.admitted), depths),
         surcharge=surcharge,
     )
     if checkpoint.empty:
-        coordinator.seed(seeds)
+        coordinator.seed(seeds, depths)
     else:
         coordinator.resume(checkpoint.pending, checkpoint.done, checkpoint.admitted)
     artifact_id = create_progress_artifact(

@@ -12,14 +12,18 @@ from storage.checkpoint import Checkpoint, load_checkpoint, wait_until_quiet
 
 @task(name="checkpoint", cache_policy=NO_CACHE)
 def read_checkpoint(
-    out_dir: str, crawl_id: str, seeds: list[str], quiet_s: float
+    out_dir: str,
+    crawl_id: str,
+    seeds: list[str],
+    quiet_s: float,
+    depths: dict[str, int] | None = None,
 ) -> Checkpoint:
     crawl_dir = Path(out_dir) / crawl_id
     if crawl_dir.is_dir() and not wait_until_quiet(crawl_dir, quiet_s, timeout_s=10 * quiet_s):
         raise RuntimeError(
             f"{crawl_dir} is still being written: is another run of crawl {crawl_id} going on?"
         )
-    checkpoint = load_checkpoint(crawl_dir, seeds)
+    checkpoint = load_checkpoint(crawl_dir, seeds, depths)
     if not checkpoint.empty:
         get_run_logger().info(
             "resuming crawl %s: %d URLs done, %d to fetch",

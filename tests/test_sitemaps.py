@@ -10,7 +10,7 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
-from crawler.recrawl import RecrawlError, start_urls
+from crawler.recrawl import RecrawlError, start_depths, start_urls
 from crawler.urls import host_key
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
@@ -54,7 +54,7 @@ def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) ->
         revisits=revisits,
     )
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
-    coordinator.seed(start_urls(seeds, revisits, budget))
+    coordinator.seed(start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
     coordinator.run(poll_s=0.02)
     node.close()
     return node
@@ -162,3 +162,22 @@ def test_a_resumed_crawl_keeps_what_it_revisits(tmp_path):
     start_manifest(tmp_path, "full", hosts, None, incremental=False)
     with pytest.raises(RecrawlError, match="is a full crawl"):
         start_manifest(tmp_path, "full", hosts, "n1", incremental=True)
+
+
+def test_a_recrawl_keeps_counting_depth_from_the_seeds(tmp_path):
+    spec = WebSpec(hosts=2, pages=200, seed=6, rate_limit_rps=None, latency_ms=(0.5, 1.0))
+    with WebSim(spec) as sim:
+
+        def fetched(crawl_id: str) -> dict[str, int]:
+            return dict(
+                connect(tmp_path / crawl_id)
+                .execute("SELECT url, depth FROM fetches WHERE fetch_status IN (200, 304)")
+                .fetchall()
+            )
+
+        night(sim, tmp_path, "n1", [sim.hub_url], max_depth=1)
+        night(sim, tmp_path, "n2", [sim.hub_url], max_depth=1)
+    first, second = fetched("n1"), fetched("n2")
+    assert len(first) < 150  # depth 1 does not reach the whole web
+    # Revisited URLs start at the depth night 1 found them at, not at 0: night 2 goes no deeper.
+    assert second == first
