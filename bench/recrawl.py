@@ -50,7 +50,7 @@ from bench import results_dir
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
-from crawler.recrawl import start_urls
+from crawler.recrawl import start_depths, start_urls
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 
@@ -108,7 +108,8 @@ def crawl_night(
         revisits=revisits,
     )
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
-    coordinator.seed(start_urls([sim.hub_url], revisits, budget, policy))
+    seeds = [sim.hub_url]
+    coordinator.seed(start_urls(seeds, revisits, budget, policy), start_depths(seeds, revisits))
     coordinator.run(poll_s=0.05)
     node.close()
 
