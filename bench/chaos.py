@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import resource
 import shutil
 import subprocess
@@ -194,16 +193,10 @@ def crawl_with_cli(seeds: list[str], out_root: Path) -> tuple[Path, float, int]:
     command took, and its exit code."""
     command = [sys.executable, "-m", "crawlflow", "crawl", *seeds, "--allow-private"]
     command += ["--out", str(out_root), "--crawl-id", "hostile-site"]
-    env = {
-        **os.environ,
-        "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
     started = time.monotonic()
     try:
         done = subprocess.run(
-            command, env=env, capture_output=True, timeout=2 * CLI_GOAL_S, check=False
+            command, capture_output=True, timeout=2 * CLI_GOAL_S, check=False
         )
         code = done.returncode
     except subprocess.TimeoutExpired:

@@ -35,6 +35,6 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
         response_headers=result.headers,
         body=result.body,
         truncated=truncated,
-        refers_to_date=earlier.fetch_time if not_modified and earlier else None,
-        refers_to_digest=earlier.digest if not_modified and earlier else None,
+        refers_to_date=earlier.fetch_time if not_modified else None,
+        refers_to_digest=earlier.digest if not_modified else None,
     )
