@@ -47,6 +47,24 @@ def records_of(path):
         ]
 
 
+def rows_find_their_records(crawl_dir) -> int:
+    """Asserts that every fetches row with a WARC location finds its record there; returns how
+    many rows have one."""
+    rows = (
+        connect(crawl_dir)
+        .execute(
+            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
+            "WHERE warc_filename IS NOT NULL"
+        )
+        .fetchall()
+    )
+    for url, filename, offset, length in rows:
+        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
+            crawl_dir / filename, offset, length
+        )
+    return len(rows)
+
+
 def test_warcio_reads_every_file_and_every_row_finds_its_record(crawled):
     crawl_dir, _ = crawled
     files = sorted((crawl_dir / WARC_DIR).glob("*"))
@@ -120,19 +138,7 @@ def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_pat
     # A resume after compaction keeps the WARC files the compacted rows point at.
     discard_uncommitted([crawl_dir / "discovered", crawl_dir / "pages"], crawl_dir / "fetches")
     assert sorted(p.name for p in warc.iterdir()) == before
-    rows = (
-        connect(crawl_dir)
-        .execute(
-            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
-            "WHERE warc_filename IS NOT NULL"
-        )
-        .fetchall()
-    )
-    assert rows
-    for url, filename, offset, length in rows:
-        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
-            crawl_dir / filename, offset, length
-        )
+    assert rows_find_their_records(crawl_dir) > 0
 
 
 def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawled, tmp_path):
@@ -154,19 +160,7 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
     node.close()
     for name, data in kept.items():  # not one WARC file of the first run overwritten
         assert (crawl_dir / WARC_DIR / name).read_bytes() == data
-    rows = (
-        connect(crawl_dir)
-        .execute(
-            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
-            "WHERE warc_filename IS NOT NULL"
-        )
-        .fetchall()
-    )
-    assert len(rows) > len(kept)
-    for url, filename, offset, length in rows:
-        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
-            crawl_dir / filename, offset, length
-        )
+    assert rows_find_their_records(crawl_dir) > len(kept)
 
 
 def test_warc_get_on_a_damaged_warc_file_is_a_one_line_error(crawled, tmp_path, capsysbinary):
