@@ -80,6 +80,12 @@ class RecrawlError(ValueError):
     """`since` names no earlier crawl in the output root; the message is one line."""
 
 
+def require_earlier_crawl(out_dir: Path, since: str) -> None:
+    """Raise RecrawlError unless `out_dir/since` holds a crawl's output."""
+    if not (out_dir / since / "fetches").is_dir():
+        raise RecrawlError(f"--since {since}: no crawl output in {out_dir / since}")
+
+
 def start_urls(
     seeds: list[str],
     revisits: Revisits | None,

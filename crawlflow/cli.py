@@ -118,8 +118,10 @@ def crawl(
     resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
     if since is not None and full:
         raise UserError("--since and --full exclude each other")
-    if since is not None and not (out / since / "fetches").is_dir():
-        raise UserError(f"--since {since}: no crawl output in {out / since}")
+    if since is not None:
+        from crawler.recrawl import require_earlier_crawl  # only then: it imports DuckDB
+
+        require_earlier_crawl(out, since)  # before Prefect and Ray start
     summary = _run_crawl_flow(
         seeds=seeds,
         allow=allow or [],

@@ -8,7 +8,13 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from crawler.recrawl import RecrawlError, Revisits, plan_revisits, read_history
+from crawler.recrawl import (
+    RecrawlError,
+    Revisits,
+    plan_revisits,
+    read_history,
+    require_earlier_crawl,
+)
 from crawler.urls import host_key
 from storage.manifest import (
     Manifest,
@@ -35,8 +41,8 @@ def start_manifest(
                 "(drop --since/--full, or start a new crawl id)"
             )
         return manifest
-    if since is not None and not (out_dir / since / "fetches").is_dir():
-        raise RecrawlError(f"--since {since}: no crawl output in {out_dir / since}")
+    if since is not None:
+        require_earlier_crawl(out_dir, since)
     deployment = deployment_key(scope_hosts)
     started = datetime.now(UTC).isoformat()
     if since is None and incremental:
