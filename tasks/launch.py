@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlflow.environment import prepare_environment
+from tasks.environment import prepare_environment
 
 # Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
 prepare_environment()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawlflow.environment import confine_to_loopback
+from tasks.environment import confine_to_loopback
 
 confine_to_loopback()  # before Prefect and Ray are imported
 

@@ -8,9 +8,9 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
-from crawlflow.demo import coverage
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 
 
 @pytest.fixture(scope="module")
