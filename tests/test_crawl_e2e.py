@@ -12,6 +12,7 @@ from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
 
+pytestmark = pytest.mark.integration  # websim, Ray and Prefect
 
 @pytest.fixture(scope="module")
 def small_web():

@@ -20,6 +20,8 @@ import requests
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
 
+pytestmark = pytest.mark.integration  # a Prefect server, a worker and websim
+
 REPO = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 

@@ -27,6 +27,8 @@ from websim import WebSim, WebSpec
 from websim.coverage import coverage
 from websim.sim import requested_again
 
+pytestmark = pytest.mark.integration  # websim and Ray
+
 SETTINGS = {
     "heartbeat_s": 0.05,
     "write_interval_s": 0.2,

@@ -25,6 +25,8 @@ from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
 
+pytestmark = pytest.mark.integration  # websim's hostile servers
+
 MANY_LINKS = 5000
 FAST = CrawlConfig(
     connect_timeout_s=1.0,

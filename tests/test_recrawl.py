@@ -16,6 +16,8 @@ from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.changes import GOOD
 
+pytestmark = pytest.mark.integration  # websim, Ray and Prefect
+
 
 @pytest.fixture(scope="module")
 def nights(ray_session, prefect_api, tmp_path_factory):

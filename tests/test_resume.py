@@ -19,6 +19,8 @@ from websim import WebSim, WebSpec
 from websim.coverage import coverage
 from websim.sim import requested_again
 
+pytestmark = pytest.mark.integration  # websim, Ray, Prefect and the CLI
+
 BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked again
 
 

@@ -12,6 +12,8 @@ from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
 
+pytestmark = pytest.mark.integration  # websim
+
 
 @pytest.fixture(scope="module")
 def web():
