@@ -122,7 +122,8 @@ def crawl(
             "config": settings,
         }
     )
-    resolve_scope(seeds, request.allow, allow_private)  # fail fast, before Prefect and Ray start
+    # Fail fast, before Prefect and Ray start.
+    resolve_scope(request.seeds, request.allow, request.allow_private)
     if since is not None:
         from crawler.recrawl import require_earlier_crawl  # only then: it imports DuckDB
 
