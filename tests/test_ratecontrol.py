@@ -16,6 +16,8 @@ import pytest
 from crawler.config import ConfigError, config_from_dict, load_config, with_overrides
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol import (
+    CONTROLLERS,
+    MODES,
     TRACE_FIELDS,
     AdaptiveRateController,
     FixedDelayController,
@@ -38,6 +40,10 @@ def test_config_defaults_are_the_adaptive_mode() -> None:
     assert config.mode == "adaptive"
     assert config.target_ppm is None
     assert isinstance(make_host_controller(config, RETRY, 0.0), AdaptiveRateController)
+
+
+def test_registry_has_a_law_for_every_mode() -> None:
+    assert set(CONTROLLERS) == set(MODES)
 
 
 @pytest.mark.parametrize(
