@@ -25,9 +25,9 @@ from crawler.fetcher import FetchResult, ServerSession
 from crawler.frontier import Frontier, Server, UrlTask
 from crawler.limits import DEADLINE, FAMILY_ERRORS, UrlLimits, counts_of
 from crawler.links import ParsedPage, parse_html
-from crawler.politeness import RobotsRules, is_retryable, parse_retry_after
+from crawler.politeness import RetryPolicy, RobotsRules, is_retryable, parse_retry_after
 from crawler.quality import make_quality_model
-from crawler.ratecontrol import make_host_controller, make_in_flight_limit, make_retry_policy
+from crawler.ratecontrol import make_host_controller, make_in_flight_limit
 from crawler.recrawl import Revisits
 from crawler.sitemaps import SitemapEntry, read_sitemaps, sitemap_urls
 from crawler.traps import ParamStripper, content_shape, url_family
@@ -70,11 +70,10 @@ class CrawlerNode:
         self.config = config
         self.scope = Scope(set(scope_hosts))
         self.max_depth = max_depth
-        self._rate_config = config.rate_control_config()
-        self._retry = make_retry_policy(self._rate_config, random.Random(node_id))
+        self._retry = RetryPolicy(config.retry, random.Random(node_id))
         # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
-            self._rate_config, config.max_connections, time.monotonic()
+            config.rate_control, config.max_connections, time.monotonic()
         )
         self._guard = AddressGuard(allow_private)
         self._frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
@@ -126,7 +125,9 @@ class CrawlerNode:
         server = self._frontier.servers.get(host)
         if server is not None:  # owned before and handed over: its frontier entry is reused
             return server
-        controller = make_host_controller(self._rate_config, time.monotonic())
+        controller = make_host_controller(
+            self.config.rate_control, self.config.retry, time.monotonic()
+        )
         server = Server(
             host, controller, requests_per_connection=self.config.requests_per_connection
         )
@@ -622,7 +623,7 @@ class CrawlerNode:
         # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
         # after as many tries as a URL gets, the server's URLs are recorded as failed.
         server.robots_failures += 1
-        if server.robots_failures > self._rate_config.max_retries:
+        if server.robots_failures > self.config.retry.max_retries:
             self._fail_queued(server, f"robots_unavailable: {result.error or result.status}")
         else:
             server.paused_until = rules.retry_at or now
@@ -742,7 +743,7 @@ class CrawlerNode:
         self._free_slot(result)
         now = time.monotonic()
         retry_after = parse_retry_after(
-            result.headers.get("retry-after"), time.time(), self._rate_config.retry_after_max_s
+            result.headers.get("retry-after"), time.time(), self.config.retry.retry_after_max_s
         )
         with self._lock:
             server.controller.on_response(

@@ -90,7 +90,10 @@ def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, 
     (request,) = requests
     assert (request.max_pages, request.incremental, request.allow_private) == (5, False, True)
     assert (request.config.policy, request.config.max_connections) == ("bfs", 7)
-    assert request.config.rate_control == {"mode": "pid", "target_ppm": 30.0}
+    assert (request.config.rate_control.mode, request.config.rate_control.target_ppm) == (
+        "pid",
+        30.0,
+    )
 
 
 @pytest.mark.parametrize(
