@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from crawler.ratecontrol import RateControlConfig
+from crawler.politeness import RetrySettings
+from crawler.ratecontrol import RateControlSettings
 from crawler.scheduling import Policy
 from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
@@ -136,15 +137,12 @@ class CrawlConfig(BaseModel):
     resume_quiet_s: float = Field(
         5.0, ge=0, description="a resumed crawl waits until its directory is this long unchanged"
     )
-    rate_control: dict[str, Any] = Field(
-        default_factory=dict, description="RateControlConfig keys: mode, target_ppm, retries..."
+    rate_control: RateControlSettings = Field(
+        default_factory=RateControlSettings, description="the rate controller of each server"
     )
-
-    @field_validator("rate_control")
-    @classmethod
-    def _valid_rate_control(cls, value: dict[str, Any]) -> dict[str, Any]:
-        RateControlConfig.from_dict(value)  # raises ValueError naming the bad key
-        return value
+    retry: RetrySettings = Field(
+        default_factory=RetrySettings, description="retries of a URL and pauses of a server"
+    )
 
     @field_validator("strip_params")
     @classmethod
@@ -163,9 +161,6 @@ class CrawlConfig(BaseModel):
             if not Path(value).is_file():
                 raise ValueError(f"no such file: {value}")
         return value
-
-    def rate_control_config(self) -> RateControlConfig:
-        return RateControlConfig.from_dict(self.rate_control)
 
 
 def _one_line(error: ValidationError) -> str:
@@ -210,5 +205,5 @@ def with_overrides(
     if not settings and not rate_control:
         return config
     merged = {**config.model_dump(), **settings}
-    merged["rate_control"] = {**config.rate_control, **rate_control}
+    merged["rate_control"] = {**merged["rate_control"], **rate_control}
     return config_from_dict(merged)

@@ -1,4 +1,5 @@
-"""Politeness primitives: Retry-After parsing, backoff, per-URL retry decisions, robots.txt rules.
+"""Politeness primitives: Retry-After parsing, backoff, per-URL retry decisions, robots.txt rules,
+and the `[retry]` settings section.
 
 Everything here is pure: time comes in as arguments, randomness from a `random.Random` the
 caller seeds, so the node loop stays reproducible and the unit tests need no clock or network.
@@ -13,6 +14,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from protego import Protego
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Which results are worth another try is the commit/resume rule's, defined once in storage.
 from storage.outcomes import FetchError, is_retryable
@@ -78,6 +80,30 @@ class Backoff:
         return ceiling if self._rng is None else self._rng.uniform(0.0, ceiling)
 
 
+class RetrySettings(BaseModel):
+    """The `[retry]` section: the retry budget of a URL, and how long a server is left alone
+    after "not now" (the per-URL retries here and the host pauses of every rate controller)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    max_retries: int = Field(
+        3, ge=0, description="retries of one URL before it is recorded as failed"
+    )
+    retry_after_max_s: float = Field(
+        120.0, gt=0, description="longest Retry-After honoured; longer ones are clamped"
+    )
+    backoff_base_s: float = Field(
+        1.0, gt=0, description="first wait of the exponential backoff without Retry-After"
+    )
+    backoff_cap_s: float = Field(60.0, gt=0, description="longest wait of that backoff")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetrySettings:
+        if self.backoff_base_s > self.backoff_cap_s:
+            raise ValueError("need backoff_base_s <= backoff_cap_s")
+        return self
+
+
 @dataclass(frozen=True)
 class RetryDecision:
     retry: bool
@@ -94,20 +120,13 @@ class RetryPolicy:
     backoff with full jitter.
     """
 
-    def __init__(
-        self,
-        max_retries: int = 3,
-        retry_after_max_s: float = 120.0,
-        backoff_base_s: float = 1.0,
-        backoff_cap_s: float = 60.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        if max_retries < 0 or retry_after_max_s <= 0:
-            raise ValueError("retry policy needs max_retries >= 0 and retry_after_max_s > 0")
-        self.max_retries = max_retries
-        self.retry_after_max_s = retry_after_max_s
+    def __init__(self, settings: RetrySettings, rng: random.Random | None = None) -> None:
+        self.max_retries = settings.max_retries
+        self.retry_after_max_s = settings.retry_after_max_s
         # The default RNG is seeded so two runs with the same inputs retry at the same times.
-        self._backoff = Backoff(backoff_base_s, backoff_cap_s, rng or random.Random(0))
+        self._backoff = Backoff(
+            settings.backoff_base_s, settings.backoff_cap_s, rng or random.Random(0)
+        )
 
     def decide(
         self,

@@ -37,9 +37,8 @@ FAST = CrawlConfig(
     max_decoded_bytes=1_000_000,
     trap_max_urls_per_pattern=20,
     write_interval_s=0.5,
-    rate_control={
-        "mode": "fixed",
-        "fixed_delay_s": 0.0,
+    rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+    retry={
         "retry_after_max_s": 0.5,
         "max_retries": 1,
         "backoff_base_s": 0.05,
@@ -162,9 +161,9 @@ def test_each_attack_is_one_row_with_its_error_class(hostile_crawl, scenario, er
 def test_retries_end_as_gave_up_after_transient_errors(hostile_crawl):
     _, rows = hostile_crawl
     hang = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["hang_after_headers"]]
-    assert hang.count("read_timeout") == FAST.rate_control["max_retries"]
+    assert hang.count("read_timeout") == FAST.retry.max_retries
     resets = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["reset_mid_body"]]
-    assert resets.count("connection_error") == FAST.rate_control["max_retries"]
+    assert resets.count("connection_error") == FAST.retry.max_retries
 
 
 def test_content_sniffing_and_pages(hostile_crawl, hostile_web):

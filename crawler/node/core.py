@@ -43,7 +43,6 @@ class NodeCore:
         self.config = config
         self.scope = Scope(set(scope_hosts))
         self.max_depth = max_depth
-        self.rate_config = config.rate_control_config()
         self.lock = threading.Condition()
         self.frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
         self.limits = UrlLimits(config)
@@ -66,7 +65,9 @@ class NodeCore:
     def own(self, server: ServerState) -> None:
         """Take a server, new or arrived from another node. Under the lock."""
         if server.controller is None:  # new, or rebuilt from the output by crawler.recovery
-            server.controller = make_host_controller(self.rate_config, time.monotonic())
+            server.controller = make_host_controller(
+                self.config.rate_control, self.config.retry, time.monotonic()
+            )
         server.requests_per_connection = self.config.requests_per_connection
         if server.robots is not None:
             delay = server.robots.crawl_delay(self.config.user_agent)

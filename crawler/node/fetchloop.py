@@ -20,8 +20,8 @@ from crawler.node.discovery import Discovery
 from crawler.node.handover import Handover
 from crawler.node.outcome import outcome_of
 from crawler.node.recorder import Recorder
-from crawler.politeness import RobotsRules, parse_retry_after
-from crawler.ratecontrol import make_in_flight_limit, make_retry_policy
+from crawler.politeness import RetryPolicy, RobotsRules, parse_retry_after
+from crawler.ratecontrol import make_in_flight_limit
 from crawler.server import ServerState
 from crawler.sitemaps import read_sitemaps, sitemap_urls
 from crawler.traps import content_shape, url_family
@@ -48,10 +48,10 @@ class FetchLoop:
         self._discovery = discovery
         self._handover = handover
         self._guard = AddressGuard(allow_private)
-        self._retry = make_retry_policy(core.rate_config, random.Random(core.node_id))
+        self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
         # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
-            core.rate_config, core.config.max_connections, time.monotonic()
+            core.config.rate_control, core.config.max_connections, time.monotonic()
         )
 
     # ---- one thread, one connection, one URL --------------------------------------------------
@@ -208,7 +208,7 @@ class FetchLoop:
         # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
         # after as many tries as a URL gets, the server's URLs are recorded as failed.
         server.robots_failures += 1
-        if server.robots_failures > core.rate_config.max_retries:
+        if server.robots_failures > core.config.retry.max_retries:
             error = FetchError(ErrorClass.ROBOTS_UNAVAILABLE, f"{result.error or result.status}")
             self._fail_queued(server, error)
         else:
@@ -304,7 +304,7 @@ class FetchLoop:
         self._free_slot(result)
         now = time.monotonic()
         retry_after = parse_retry_after(
-            result.headers.get("retry-after"), time.time(), core.rate_config.retry_after_max_s
+            result.headers.get("retry-after"), time.time(), core.config.retry.retry_after_max_s
         )
         with core.lock:
             controller.on_response(now, result.rtt_s or (now - started), result.status, retry_after)
