@@ -18,8 +18,9 @@ import pytest
 from crawler.config import config_from_dict
 from crawler.coordinator import Coordinator, NodeLost, Surcharge
 from crawler.dedup import BloomShard
-from crawler.exchange import Exchange, PeerLink, link_settings
+from crawler.exchange import Exchange
 from crawler.node import CrawlerNode
+from crawler.peerlink import PeerLink, link_settings
 from crawler.recovery import OutputRecovery
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
@@ -66,13 +67,9 @@ class Mortal:
     def crash(self) -> None:
         node = self.node
         self.dead = True
-        with node._lock:  # what SIGKILL does, minus the flush that close() would do
-            node._stopping = True
-            node._lock.notify_all()
-        for thread in node._workers:
-            thread.join()
+        node._stop_threads()  # what SIGKILL does, minus the flush that close() would do
         node._link.stop()
-        self.uncommitted = [row["url"] for row in node._output._rows["fetches"]]
+        self.uncommitted = [row["url"] for row in node.recorder.output._rows["fetches"]]
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.node, name)
@@ -145,7 +142,7 @@ def in_process_crawl(
     if kill_after is not None:
 
         def killer() -> None:
-            while nodes[1].node.status()["fetches"] < kill_after:
+            while nodes[1].node.status().fetches < kill_after:
                 time.sleep(0.01)
             nodes[1].crash()
 
@@ -175,8 +172,9 @@ def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_pa
     requested = [entry["host"] + entry["path"] for entry in web.request_log()]
     assert len(requested) == len(set(requested))
     assert exchange.moved_hosts >= 2
-    assert all(node.node.status()["fetches"] > 0 for node in nodes)
-    link = nodes[0].node.status()["link"]
+    assert all(node.node.status().fetches > 0 for node in nodes)
+    link = nodes[0].node.status().link
+    assert link is not None
     assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
 
 
@@ -184,7 +182,7 @@ def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(we
     nodes, _, report = in_process_crawl(web, tmp_path, [web.servers], surcharge_nodes=1)
     assert (report["nodes_planned"], report["nodes_added"]) == (1, 1)
     assert [row["kind"] for row in report["nodes"]] == ["planned", "added"]
-    assert nodes[1].node.status()["fetches"] > 0
+    assert nodes[1].node.status().fetches > 0
     assert_exactly_once(web, tmp_path / "c")
 
 
@@ -224,7 +222,7 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
         .execute("SELECT count(*) FROM fetches WHERE node_id = 'node-1'")
         .fetchall()[0]
     )
-    uncommitted = nodes[1].node.counters["fetches"] - committed
+    uncommitted = nodes[1].node.core.counters.fetches - committed
     print(f"re-requested after the kill: {again} (uncommitted at the kill: {uncommitted})")
     assert again <= uncommitted
     # And they are URLs of the very rows the crash lost.
