@@ -53,11 +53,13 @@ from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
 
 CHAOS_SETTINGS: dict[str, Any] = {
-    "connect_timeout_s": 2.0,
-    "read_timeout_s": 2.0,
-    "fetch_timeout_s": 5.0,
-    "robots_retry_s": 1.0,
-    "write_interval_s": 1.0,
+    "fetch": {
+        "connect_timeout_s": 2.0,
+        "read_timeout_s": 2.0,
+        "fetch_timeout_s": 5.0,
+        "robots_retry_s": 1.0,
+    },
+    "output": {"write_interval_s": 1.0},
     "retry": {
         "retry_after_max_s": 3.0,
         "max_retries": 2,

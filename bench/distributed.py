@@ -11,7 +11,7 @@ injected delay, as if the store were 10 ms away. Four variants:
   the filter and hands each new one to the exchange, one remote call each, before it goes on;
 - lru: a bounded LRU of answers in front of the filter; misses are still one call each;
 - batch: no cache; workers only buffer those links, the node's exchange thread checks them
-  with the filter `exchange_batch` per call, the new ones ride the next heartbeat, and
+  with the filter `[exchange] batch` per call, the new ones ride the next heartbeat, and
   servers move between nodes in batches;
 - both.
 
@@ -57,7 +57,7 @@ from typing import Any
 import matplotlib
 
 from bench import results_dir
-from crawler.config import config_from_dict
+from crawler.config import config_from_dict, with_overrides
 from crawler.coordinator import Coordinator, Progress
 from tasks.actors import LOCAL_RAY
 from tasks.allocate import NodeSpec
@@ -85,14 +85,14 @@ UNTHROTTLED = replace(WEB, latency_ms=(0.0, 0.0), static=True)
 # The crawler as fast as the servers allow: politeness delays are not what is measured here.
 BASE = {
     "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0},
-    "requests_per_connection": 100,
-    "dedup_expected_urls": 1_000_000,
+    "scheduling": {"requests_per_connection": 100},
+    "dedup": {"expected_urls": 1_000_000},
 }
 DELAY_S = 0.010
 VARIANTS = {
-    "none": {"dedup_cache_size": 0, "exchange_batch": 1},
-    "lru": {"exchange_batch": 1},
-    "batch": {"dedup_cache_size": 0},
+    "none": {"dedup": {"cache_size": 0}, "exchange": {"batch": 1}},
+    "lru": {"exchange": {"batch": 1}},
+    "batch": {"dedup": {"cache_size": 0}},
     "both": {},
 }
 BATCHES = (10, 20, 50, 100, 200)
@@ -102,7 +102,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     """One crawl from the hub with `nodes` node actors for `seconds`. Figures are for the
     steady state: from a third of the time to the end (the start of a crawl from one hub is
     a few pages and cold caches)."""
-    config = config_from_dict({**BASE, **settings})
+    config = config_from_dict(with_overrides(BASE, settings))
     hosts = sim.servers
     specs = [
         NodeSpec(f"node-{i}", "bench", "reserved", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)
@@ -295,7 +295,12 @@ def main() -> None:
     with WebSim(WEB) as sim:
 
         def delayed(nodes: int, settings: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-            return lambda: crawl(sim, nodes, {**settings, "shared_state_delay_s": DELAY_S}, seconds)
+            return lambda: crawl(
+                sim,
+                nodes,
+                with_overrides(settings, {"exchange": {"shared_state_delay_s": DELAY_S}}),
+                seconds,
+            )
 
         table = rounds_of(
             rounds,
@@ -306,7 +311,7 @@ def main() -> None:
             ],
         )
         sweep = rounds_of(
-            rounds, [(batch, delayed(2, {"exchange_batch": batch})) for batch in BATCHES]
+            rounds, [(batch, delayed(2, {"exchange": {"batch": batch}})) for batch in BATCHES]
         )
     print(
         f"{'nodes':>5} {'variant':<7} {'pages/s':>8} {'calls/page':>10} {'x none':>7}"

@@ -182,7 +182,9 @@ def scale(target_urls: int, seed: int = 1) -> dict[str, Any]:
 def peak(seconds: float) -> dict[str, Any]:
     """The node's page rate and CPU per page when nothing but its CPU limits it."""
     spec = WebSpec(hosts=500, pages=30_000, seed=3, latency_ms=(0.0, 0.0), rate_limit_rps=None)
-    config = CrawlConfig(policy="capability", rate_control={"mode": "fixed", "fixed_delay_s": 0.0})
+    config = CrawlConfig(
+        scheduling={"policy": "capability"}, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
+    )
     with WebSim(spec) as sim, tempfile.TemporaryDirectory() as out:
         hosts = sim.servers
         node = CrawlerNode("node-0", "peak", out, config, hosts, hosts, True, None)

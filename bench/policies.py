@@ -120,8 +120,10 @@ def crawl(
     """One in-process crawl for `budget_s`; (url, seconds since the start) of every page."""
     hosts = sim.servers
     config = CrawlConfig(
-        policy=policy,
-        quality_file=str(quality_file) if quality_file else None,
+        scheduling={
+            "policy": policy,
+            "quality_file": str(quality_file) if quality_file else None,
+        },
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
     crawl_id = f"{policy}-{'file' if quality_file else 'pagerank'}"

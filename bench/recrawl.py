@@ -93,7 +93,9 @@ def crawl_night(
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=not full)
     revisits = load_revisits(out, manifest, hosts)
     config = CrawlConfig(
-        policy=policy, sitemaps=sitemaps, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
+        scheduling={"policy": policy},
+        fetch={"sitemaps": sitemaps},
+        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
     node = CrawlerNode(
         "node-0",

@@ -15,7 +15,7 @@ Who decides what, and what a false positive costs:
 - A false positive ("seen" for a URL nobody sent) means the URL is not passed on. As the filter
   gives the same answer to every node, it is lost unless its owner finds it through a link on
   one of its own servers: a false positive can at worst drop a page that only other servers
-  link to, with probability `dedup_fp_rate` per such URL. The URL still has its `discovered`
+  link to, with probability `[dedup] fp_rate` per such URL. The URL still has its `discovered`
   row, so a resumed crawl (or a takeover) fetches it. With the default rate of 1e-6, a crawl
   of a million cross-server URLs expects to lose one.
 

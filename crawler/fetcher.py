@@ -29,7 +29,7 @@ from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ReadTimeoutError
 
-from crawler.config import CrawlConfig
+from crawler.config import FetchSettings
 from storage.outcomes import ErrorClass, FetchError
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -273,14 +273,14 @@ class ServerSession:
     are sequential, so the server sees the crawler as one polite client.
     """
 
-    def __init__(self, config: CrawlConfig) -> None:
-        self._config = config
+    def __init__(self, settings: FetchSettings) -> None:
+        self._settings = settings
         self._session = _NoRedirectSession()
         # Not the environment's proxies or ~/.netrc: a proxy would connect where the address
         # guard never looked, and netrc would hand credentials to crawled servers. (It also
         # saves reading the environment on every request.)
         self._session.trust_env = False
-        self._session.headers["User-Agent"] = config.user_agent
+        self._session.headers["User-Agent"] = settings.user_agent
         self._adapter = _CuttableAdapter()
         self._session.mount("http://", self._adapter)
         self._session.mount("https://", self._adapter)
@@ -292,10 +292,10 @@ class ServerSession:
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> FetchResult:
         """GET `url`; `headers`: added to the request (a conditional GET's validators)."""
-        config = self._config
+        settings = self._settings
         started = time.monotonic()
         result = FetchResult(url=url)
-        watch = _WATCHDOG.watch(started + config.fetch_timeout_s, self._adapter.cut)
+        watch = _WATCHDOG.watch(started + settings.fetch_timeout_s, self._adapter.cut)
         response: requests.Response | None = None
         try:
             response = self._session.get(
@@ -303,7 +303,7 @@ class ServerSession:
                 headers=headers,
                 stream=True,
                 allow_redirects=False,
-                timeout=(config.connect_timeout_s, config.read_timeout_s),
+                timeout=(settings.connect_timeout_s, settings.read_timeout_s),
             )
             result.status = response.status_code
             result.headers = {k.lower(): v for k, v in response.headers.items()}
@@ -321,7 +321,7 @@ class ServerSession:
         if cut:
             result.error = FetchError(
                 ErrorClass.FETCH_TIMEOUT,
-                f"no complete answer within {config.fetch_timeout_s:g} s",
+                f"no complete answer within {settings.fetch_timeout_s:g} s",
             )
         elif (
             result.error is None
@@ -338,7 +338,7 @@ class ServerSession:
     def _read_body(self, response: requests.Response, result: FetchResult) -> None:
         """Read the body into `result` within the size limits (`result.error` says which one
         stopped it); what arrived before the stop is kept, up to the decoded limit."""
-        max_wire, max_decoded = self._config.max_body_bytes, self._config.max_decoded_bytes
+        max_wire, max_decoded = self._settings.max_body_bytes, self._settings.max_decoded_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_wire:
             result.error = FetchError(

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from crawler.config import CrawlConfig
+from crawler.config import LimitSettings
 from crawler.traps import path_pattern, url_family
 from storage.outcomes import ErrorClass, FetchError
 
@@ -73,8 +73,8 @@ class UrlLimits:
     server belongs to one node at a time: they go with it when it moves (`take`, `restore`),
     and a resumed crawl rebuilds them from its output (`counts_of`)."""
 
-    def __init__(self, config: CrawlConfig) -> None:
-        self._config = config
+    def __init__(self, settings: LimitSettings) -> None:
+        self._settings = settings
         self._servers: dict[str, ServerCounts] = {}
         self._lock = threading.Lock()
 
@@ -82,34 +82,35 @@ class UrlLimits:
         """None if the URL may be fetched (it is then counted), else why not (`url_too_long`,
         `trap`, `host_budget`). `host_depth`: links from where the crawl
         entered the URL's server."""
-        config = self._config
-        if len(url) > config.max_url_length:
+        settings = self._settings
+        if len(url) > settings.max_url_length:
             return FetchError(
                 ErrorClass.URL_TOO_LONG,
-                f"{len(url)} characters, the limit is {config.max_url_length}",
+                f"{len(url)} characters, the limit is {settings.max_url_length}",
             )
         parts = urlsplit(url)
         segments = Counter(segment for segment in parts.path.split("/") if segment)
         if segments:
             segment, count = segments.most_common(1)[0]
-            if count > config.trap_max_segment_repeats:
+            if count > settings.trap_max_segment_repeats:
                 return FetchError(
                     ErrorClass.TRAP, f"path segment {segment[:50]!r} occurs {count} times"
                 )
-        if host_depth > config.max_depth_per_host:
+        if host_depth > settings.max_depth_per_host:
             return FetchError(
                 ErrorClass.TRAP,
-                f"{host_depth} links into the server, the limit is {config.max_depth_per_host}",
+                f"{host_depth} links into the server, the limit is {settings.max_depth_per_host}",
             )
         host = parts.netloc
         pattern = path_pattern(parts.path, parts.query)
         with self._lock:
             counts = self._servers.setdefault(host, ServerCounts())
-            if counts.pages >= config.max_pages_per_host:
+            if counts.pages >= settings.max_pages_per_host:
                 return FetchError(
-                    ErrorClass.HOST_BUDGET, f"{config.max_pages_per_host} URLs fetched from {host}"
+                    ErrorClass.HOST_BUDGET,
+                    f"{settings.max_pages_per_host} URLs fetched from {host}",
                 )
-            budget = config.trap_max_urls_per_pattern + counts.credits[pattern]
+            budget = settings.trap_max_urls_per_pattern + counts.credits[pattern]
             if counts.patterns[pattern] >= budget:
                 return FetchError(
                     ErrorClass.TRAP,
@@ -130,7 +131,7 @@ class UrlLimits:
             return (
                 counts is not None
                 and 2 * counts.patterns[path_pattern(parts.path, parts.query)]
-                >= self._config.trap_max_urls_per_pattern
+                >= self._settings.trap_max_urls_per_pattern
             )
 
     def observe(self, url: str, shape: int) -> None:
@@ -166,7 +167,7 @@ class UrlLimits:
                 return False
             counts.failures[family] += 1
             if (
-                counts.failures[family] >= self._config.family_error_budget
+                counts.failures[family] >= self._settings.family_error_budget
                 and family not in counts.closed
             ):
                 counts.closed.add(family)

@@ -1,12 +1,12 @@
 """A node's side of the task exchange (crawler/exchange.py): its link to the shared state.
 
-Double buffering (`exchange_batch` > 1): worker threads only append the foreign URLs they
+Double buffering (`[exchange] batch` > 1): worker threads only append the foreign URLs they
 find (those the dedup cache does not know) to a buffer; the node's exchange thread sends a
-batch whenever `exchange_batch` are buffered, while the workers fill the next buffer, and the
+batch whenever `[exchange] batch` are buffered, while the workers fill the next buffer, and the
 rest rides the heartbeat. The heartbeat also carries the node's queue length and smoothed
 throughput; its reply brings every URL waiting for the node's servers, and servers to adopt. So
 a node makes one call per heartbeat plus one per batch of URLs it had not seen. With
-`exchange_batch` = 1 (unbatched, the SPEC's baseline) every URL and every server is its own
+`[exchange] batch` = 1 (unbatched, the SPEC's baseline) every URL and every server is its own
 remote call, made by the thread that has it: a worker sends each URL it found before it goes
 on, and URLs for the node come one per call.
 """
@@ -70,12 +70,12 @@ class LinkSettings:
 
 def link_settings(config: CrawlConfig) -> LinkSettings:
     return LinkSettings(
-        batch=config.exchange_batch,
-        heartbeat_s=config.heartbeat_s,
-        throughput_window=config.throughput_window,
-        cache_size=config.dedup_cache_size,
-        balance=config.balance,
-        delay_s=config.shared_state_delay_s,
+        batch=config.exchange.batch,
+        heartbeat_s=config.exchange.heartbeat_s,
+        throughput_window=config.exchange.throughput_window,
+        cache_size=config.dedup.cache_size,
+        balance=config.exchange.balance,
+        delay_s=config.exchange.shared_state_delay_s,
     )
 
 

@@ -56,7 +56,6 @@ def crawl_request(data: dict[str, Any]) -> CrawlRequest:
     try:
         return CrawlRequest.model_validate(data)
     except ValidationError as exc:
-        where, _, what = one_line(exc, whole="request").partition(": ")
-        if where.startswith("config."):
-            raise ConfigError(f"invalid config: {where.removeprefix('config.')}: {what}") from None
-        raise ConfigError(f"invalid crawl request: {where}: {what}") from None
+        if exc.errors()[0]["loc"][:1] == ("config",):
+            raise ConfigError(f"invalid config: {one_line(exc, within='config')}") from None
+        raise ConfigError(f"invalid crawl request: {one_line(exc)}") from None

@@ -71,7 +71,7 @@ def crawl(
         typer.Option(
             min=1,
             help="Stop after this many seconds; what is left resumes with the same --crawl-id"
-            " (default: time_budget_s of the config, 3600).",
+            " (default: [limits] time_budget_s of the config, 3600).",
         ),
     ] = None,
     since: Annotated[
@@ -101,9 +101,11 @@ def crawl(
     settings = with_overrides(
         {} if config is None else read_config_file(config),
         {
-            "policy": policy,
-            "quality_file": None if quality_file is None else str(quality_file.resolve()),
-            "time_budget_s": deadline,
+            "scheduling": {
+                "policy": policy,
+                "quality_file": None if quality_file is None else str(quality_file.resolve()),
+            },
+            "limits": {"time_budget_s": deadline},
             "rate_control": {"mode": rate_control, "target_ppm": target_ppm},
         },
     )

@@ -39,9 +39,9 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     out_dir, max_pages, settings = request.out_dir, request.max_pages, request.config
     scope = plan_crawl(request.seeds, request.allow, request.allow_private)
     revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
-    start = start_urls(scope.seeds, revisits, max_pages, settings.policy)
+    start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
     depths = start_depths(scope.seeds, revisits)
-    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s, depths)
+    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.output.resume_quiet_s, depths)
     specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
         crawl_id,

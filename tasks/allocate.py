@@ -44,8 +44,8 @@ def expected_host_pages(
     scope: CrawlScope, out_dir: str, crawl_id: str, config: CrawlConfig, max_pages: int | None
 ) -> tuple[dict[str, int], float]:
     previous = previous_crawl_profile(Path(out_dir), crawl_id)
-    known, page_kb = previous if previous else ({}, config.expected_page_kb)
-    default = config.expected_pages_per_host
+    known, page_kb = previous if previous else ({}, config.plan.expected_page_kb)
+    default = config.plan.expected_pages_per_host
     if max_pages is not None:
         default = max(1, min(default, max_pages // len(scope.hosts)))
     return {host: known.get(host, default) for host in scope.hosts}, page_kb
@@ -122,8 +122,8 @@ def allocate_nodes(
         host_pages,
         node_types,
         avg_page_kb=page_kb,
-        pages_per_s_per_host=config.expected_pages_per_s_per_host,
-        budget_s=config.time_budget_s,
+        pages_per_s_per_host=config.plan.expected_pages_per_s_per_host,
+        budget_s=config.limits.time_budget_s,
     )
     by_type = {node_type.name: node_type for node_type in node_types}
     if nodes is None:

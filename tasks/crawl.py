@@ -32,12 +32,12 @@ def drive_crawl(
     logger = get_run_logger()
     config = fleet.launcher.config
     surcharge = None
-    if config.surcharge_max_nodes:
+    if config.plan.surcharge_max_nodes:
         surcharge = Surcharge(
-            budget_s=config.time_budget_s,
-            max_nodes=config.surcharge_max_nodes,
+            budget_s=config.limits.time_budget_s,
+            max_nodes=config.plan.surcharge_max_nodes,
             launch=fleet.launcher.add_node,
-            check_every_s=config.surcharge_check_s,
+            check_every_s=config.plan.surcharge_check_s,
         )
     coordinator = Coordinator(
         fleet.nodes,
@@ -71,7 +71,9 @@ def drive_crawl(
 
     # Linked nodes route URLs themselves: the driver only watches, so it need not poll often.
     try:
-        final = coordinator.run(poll_s=0.1, on_progress=report, deadline_s=config.time_budget_s)
+        final = coordinator.run(
+            poll_s=0.1, on_progress=report, deadline_s=config.limits.time_budget_s
+        )
     except CrawlFailed as exc:
         raise CrawlFailed(
             f"{exc}. What was committed is kept in {fleet.crawl_dir}:"
@@ -83,7 +85,7 @@ def drive_crawl(
         logger.warning(
             "deadline (time_budget_s = %.0f) reached with %d URLs left: run again with"
             " --crawl-id %s to go on",
-            config.time_budget_s,
+            config.limits.time_budget_s,
             coordinator.left_at_deadline,
             fleet.crawl_dir.name,
         )

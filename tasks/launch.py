@@ -151,12 +151,12 @@ def start_fleet(
     ensure_ray()
     owner = {host: spec.node_id for spec in specs for host in spec.hosts}
     # The shared state is small and mostly waits: no CPU reserved for it.
-    expected = config.dedup_expected_urls or len(scope_hosts) * config.expected_pages_per_host
+    expected = config.dedup.expected_urls or len(scope_hosts) * config.plan.expected_pages_per_host
     shards = [
         ray.remote(BloomShard)
         .options(num_cpus=0)
-        .remote(-(-expected // config.dedup_shards), config.dedup_fp_rate)
-        for _ in range(config.dedup_shards)
+        .remote(-(-expected // config.dedup.shards), config.dedup.fp_rate)
+        for _ in range(config.dedup.shards)
     ]
     exchange = (
         ray.remote(Exchange)
@@ -164,8 +164,8 @@ def start_fleet(
         .remote(
             owner,
             shards=[RayFilterShard(shard) for shard in shards],
-            balance=config.balance,
-            tolerance=config.balance_tolerance,
+            balance=config.exchange.balance,
+            tolerance=config.exchange.balance_tolerance,
         )
     )
     launcher = NodeLauncher(

@@ -40,7 +40,7 @@ def test_bad_input_gives_one_line_and_exit_2(argv, fragment, capsys):
 
 def test_bad_config_values_are_named(tmp_path, capsys):
     config = tmp_path / "crawl.toml"
-    config.write_text("max_connections = -3\nno_such_setting = 1\n")
+    config.write_text("[scheduling]\nmax_connections = -3\nno_such_setting = 1\n")
     code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
     assert code == 2
     assert "max_connections" in err or "no_such_setting" in err
@@ -63,7 +63,7 @@ def test_sql_error_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("names", ['["*"]', '[""]', '["utm_*", "**"]'])
 def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names):
     config = tmp_path / "crawl.toml"
-    config.write_text(f"strip_params = {names}\n")
+    config.write_text(f"[limits]\nstrip_params = {names}\n")
     code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
     assert code == 2
     assert "strip_params" in err and len(err.strip().splitlines()) == 1
@@ -82,14 +82,19 @@ def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, 
 
     monkeypatch.setattr(crawlflow.runtime, "run_crawl", capture)
     config = tmp_path / "crawl.toml"
-    config.write_text('policy = "bfs"\nmax_connections = 7\n[rate_control]\nmode = "fixed"\n')
+    config.write_text(
+        '[scheduling]\npolicy = "bfs"\nmax_connections = 7\n[rate_control]\nmode = "fixed"\n'
+    )
     argv = ["crawl", "http://127.0.0.1:9/", "--allow-private", "--config", str(config)]
     argv += ["--rate-control", "pid", "--target-ppm", "30", "--max-pages", "5", "--full"]
     code, _ = run(argv, capsys)
     assert code == 130
     (request,) = requests
     assert (request.max_pages, request.incremental, request.allow_private) == (5, False, True)
-    assert (request.config.policy, request.config.max_connections) == ("bfs", 7)
+    assert (request.config.scheduling.policy, request.config.scheduling.max_connections) == (
+        "bfs",
+        7,
+    )
     assert (request.config.rate_control.mode, request.config.rate_control.target_ppm) == (
         "pid",
         30.0,
@@ -109,7 +114,87 @@ def test_a_request_refuses_since_without_incremental():
     from crawler.config import ConfigError
     from crawler.request import crawl_request
 
-    with pytest.raises(ConfigError, match="invalid crawl request: request: since"):
+    with pytest.raises(ConfigError, match="invalid crawl request: since names"):
         crawl_request({"seeds": ["http://example.com/"], "since": "x", "incremental": False})
-    with pytest.raises(ConfigError, match="invalid config: max_connections"):
-        crawl_request({"seeds": ["http://example.com/"], "config": {"max_connections": 0}})
+    with pytest.raises(ConfigError, match="invalid config: scheduling.max_connections"):
+        crawl_request(
+            {"seeds": ["http://example.com/"], "config": {"scheduling": {"max_connections": 0}}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("connect_timeout_s = 1.0", "invalid config: connect_timeout_s moved to [fetch]"),
+        ("policy = 'bfs'", "invalid config: policy moved to [scheduling]"),
+        ("exchange_batch = 10", "invalid config: exchange_batch moved to [exchange] as batch"),
+        ("dedup_shards = 2", "invalid config: dedup_shards moved to [dedup] as shards"),
+        ("time_budget_s = 60", "invalid config: time_budget_s moved to [limits]"),
+    ],
+)
+def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, message):
+    config = tmp_path / "crawl.toml"
+    config.write_text(line + "\n")
+    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
+    assert code == 2
+    assert err.strip() == f"crawlflow: error: {message}"
+
+
+# Every key of the flat layout (crawlflow before the settings tree), rate_control and retry
+# aside (they were tables already).
+FLAT_KEYS = [
+    "user_agent",
+    "max_connections",
+    "requests_per_connection",
+    "policy",
+    "quality_file",
+    "keepalive_speedup",
+    "estimate_weight",
+    "connect_timeout_s",
+    "read_timeout_s",
+    "max_body_bytes",
+    "max_decoded_bytes",
+    "fetch_timeout_s",
+    "max_redirects",
+    "max_url_length",
+    "max_pages_per_host",
+    "strip_params",
+    "trap_max_urls_per_pattern",
+    "max_depth_per_host",
+    "family_error_budget",
+    "trap_max_segment_repeats",
+    "robots_retry_s",
+    "metrics_interval_s",
+    "warc",
+    "sitemaps",
+    "write_batch_rows",
+    "write_interval_s",
+    "exchange_batch",
+    "heartbeat_s",
+    "throughput_window",
+    "balance",
+    "balance_tolerance",
+    "dedup_cache_size",
+    "dedup_expected_urls",
+    "dedup_fp_rate",
+    "dedup_shards",
+    "shared_state_delay_s",
+    "surcharge_max_nodes",
+    "surcharge_check_s",
+    "time_budget_s",
+    "expected_pages_per_host",
+    "expected_page_kb",
+    "expected_pages_per_s_per_host",
+    "resume_quiet_s",
+]
+
+
+@pytest.mark.parametrize("key", FLAT_KEYS)
+def test_every_key_of_the_flat_layout_has_a_place_in_the_tree(key):
+    from crawler.config import ConfigError, CrawlConfig, config_from_dict
+
+    with pytest.raises(ConfigError, match=rf"^invalid config: {key} moved to \[(\w+)\]") as error:
+        config_from_dict({key: None})
+    section, _, renamed = str(error.value).partition(" moved to [")[2].partition("]")
+    name = renamed.removeprefix(" as ") or key
+    assert name in type(getattr(CrawlConfig(), section)).model_fields

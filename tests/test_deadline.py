@@ -21,7 +21,9 @@ from websim.coverage import coverage
 pytestmark = pytest.mark.integration  # a crawl against websim
 
 # About 20 requests a second per server: the whole web takes seconds, the deadline less.
-SLOW = CrawlConfig(write_interval_s=0.2, rate_control={"mode": "fixed", "fixed_delay_s": 0.05})
+SLOW = CrawlConfig(
+    output={"write_interval_s": 0.2}, rate_control={"mode": "fixed", "fixed_delay_s": 0.05}
+)
 DEADLINE_S = 1.0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from crawler.config import config_from_dict
+from crawler.config import config_from_dict, with_overrides
 from crawler.coordinator import Coordinator, NodeLost, Surcharge
 from crawler.dedup import BloomShard
 from crawler.exchange import Exchange
@@ -31,8 +31,8 @@ from websim.sim import requested_again
 pytestmark = pytest.mark.integration  # websim and Ray
 
 SETTINGS = {
-    "heartbeat_s": 0.05,
-    "write_interval_s": 0.2,
+    "exchange": {"heartbeat_s": 0.05},
+    "output": {"write_interval_s": 0.2},
     "rate_control": {"mode": "fixed", "fixed_delay_s": 0.02},
 }
 
@@ -104,7 +104,7 @@ def in_process_crawl(
     `kill_after`, node-1 crashes once it has fetched that many URLs; with `surcharge_nodes`,
     up to that many join (with no servers) once the crawl looks like overrunning 1 s."""
     sim.request_log(clear=True)
-    config = config_from_dict({**SETTINGS, **(settings or {})})
+    config = config_from_dict(with_overrides(SETTINGS, settings or {}))
     hosts = sim.servers
     owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
     exchange = Exchange(owner, shards=[BloomShard(100_000, 1e-6)])
@@ -190,7 +190,7 @@ def test_a_servers_page_budget_holds_when_it_moves_between_nodes(web, tmp_path):
     hosts = web.servers
     budget = 30  # of about 115 pages a server
     _, exchange, _ = in_process_crawl(
-        web, tmp_path, [hosts, [], []], settings={"max_pages_per_host": budget}
+        web, tmp_path, [hosts, [], []], settings={"limits": {"max_pages_per_host": budget}}
     )
     assert exchange.moved_hosts >= 2
     admitted = dict(
@@ -289,9 +289,8 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
                 out_dir=str(tmp_path),
                 crawl_id="killed",
                 config={
-                    "write_interval_s": 0.2,
-                    "heartbeat_s": 0.1,
-                    "write_batch_rows": BATCH_ROWS,
+                    "output": {"write_interval_s": 0.2, "write_batch_rows": BATCH_ROWS},
+                    "exchange": {"heartbeat_s": 0.1},
                 },
             )
         )
@@ -323,10 +322,9 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
             out_dir=str(tmp_path),
             crawl_id="surcharged",
             config={
-                "heartbeat_s": 0.1,
-                "time_budget_s": 2.0,
-                "surcharge_max_nodes": 1,
-                "surcharge_check_s": 1.0,
+                "exchange": {"heartbeat_s": 0.1},
+                "limits": {"time_budget_s": 2.0},
+                "plan": {"surcharge_max_nodes": 1, "surcharge_check_s": 1.0},
             },
         )
     )
@@ -349,7 +347,7 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
             nodes=1,
             out_dir=str(tmp_path),
             crawl_id="surcharged",
-            config={"heartbeat_s": 0.1},
+            config={"exchange": {"heartbeat_s": 0.1}},
         )
     )
     assert resumed["left_at_deadline"] == 0 and resumed["nodes"]["left_at_deadline"] is None

@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from crawler.config import CrawlConfig
+from crawler.config import FetchSettings
 from crawler.fetcher import FetchResult, ServerSession, _Watchdog, looks_binary
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
@@ -17,7 +17,7 @@ from websim.hostile import SCENARIOS
 pytestmark = pytest.mark.integration  # websim's hostile servers
 
 LIMIT = 1_000_000
-CONFIG = CrawlConfig(
+CONFIG = FetchSettings(
     connect_timeout_s=1.0,
     read_timeout_s=0.5,
     fetch_timeout_s=1.0,
@@ -40,7 +40,7 @@ def hostile_web():
 def fetch(hostile_web):
     sessions: list[ServerSession] = []
 
-    def get(scenario: str, path: str, config: CrawlConfig = CONFIG) -> FetchResult:
+    def get(scenario: str, path: str, config: FetchSettings = CONFIG) -> FetchResult:
         session = ServerSession(config)
         sessions.append(session)
         return session.get(hostile_web.hostile_url(scenario) + path.lstrip("/"))

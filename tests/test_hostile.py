@@ -31,14 +31,16 @@ pytestmark = pytest.mark.integration  # websim's hostile servers
 
 MANY_LINKS = 5000
 FAST = CrawlConfig(
-    connect_timeout_s=1.0,
-    read_timeout_s=0.5,
-    fetch_timeout_s=2.0,
-    robots_retry_s=0.2,
-    max_body_bytes=1_000_000,
-    max_decoded_bytes=1_000_000,
-    trap_max_urls_per_pattern=20,
-    write_interval_s=0.5,
+    fetch={
+        "connect_timeout_s": 1.0,
+        "read_timeout_s": 0.5,
+        "fetch_timeout_s": 2.0,
+        "robots_retry_s": 0.2,
+        "max_body_bytes": 1_000_000,
+        "max_decoded_bytes": 1_000_000,
+    },
+    limits={"trap_max_urls_per_pattern": 20},
+    output={"write_interval_s": 0.5},
     rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     retry={
         "retry_after_max_s": 0.5,
@@ -121,15 +123,17 @@ def test_nothing_lost_nothing_twice_no_internal_errors(hostile_crawl):
 def test_redirect_chains_stop_at_max_redirects(hostile_crawl, hostile_web):
     _, rows = hostile_crawl
     loop = [t for t in rows.targets("redirect_loop") if t.startswith("/loop/")]
-    assert loop == [f"/loop/{i}" for i in range(FAST.max_redirects + 1)]
-    assert rows.errors("redirect_loop") == {f"/loop/{FAST.max_redirects}": "too_many_redirects"}
+    assert loop == [f"/loop/{i}" for i in range(FAST.fetch.max_redirects + 1)]
+    assert rows.errors("redirect_loop") == {
+        f"/loop/{FAST.fetch.max_redirects}": "too_many_redirects"
+    }
     # The 2-cycle ends by de-duplication: each URL once.
     assert sorted(t for t in rows.targets("redirect_loop") if "cycle" in t) == [
         "/cycle/a",
         "/cycle/b",
     ]
     requested = {e["path"] for e in hostile_web.request_log()}
-    assert f"/loop/{FAST.max_redirects + 1}" not in requested
+    assert f"/loop/{FAST.fetch.max_redirects + 1}" not in requested
 
 
 def test_out_of_scope_redirect_is_not_followed(hostile_crawl, hostile_web):
@@ -185,8 +189,10 @@ def test_link_traps_are_bounded(hostile_crawl):
     targets = rows.targets("link_trap")
     calendar = [t for t in targets if t.startswith("/cal/")]
     fetched = [t for t, s, e, _ in rows.fetches["link_trap"] if s is not None]
-    assert len([t for t in fetched if t.startswith("/cal/")]) == FAST.trap_max_urls_per_pattern
-    assert len(calendar) > FAST.trap_max_urls_per_pattern  # the rest: one "trap" row each
+    assert (
+        len([t for t in fetched if t.startswith("/cal/")]) == FAST.limits.trap_max_urls_per_pattern
+    )
+    assert len(calendar) > FAST.limits.trap_max_urls_per_pattern  # the rest: one "trap" row each
     # Session ids are stripped: one /session page, and /ok/0?PHPSESSID=... is /ok/0.
     assert [t for t in targets if t.startswith("/session")] == ["/session"]
     assert targets.count("/ok/0") == 1
@@ -199,7 +205,9 @@ def test_many_links_page_is_kept_and_its_links_bounded(hostile_crawl, hostile_we
     assert rows.pages[hostile_web.hostile_url("many_links") + "many"] == MANY_LINKS
     many = [(t, s, e) for t, s, e, _ in rows.fetches["many_links"] if t.startswith("/many/")]
     assert len(many) == MANY_LINKS  # every link recorded once...
-    assert len([t for t, s, e in many if s == 200]) == FAST.trap_max_urls_per_pattern  # ...few
+    assert (
+        len([t for t, s, e in many if s == 200]) == FAST.limits.trap_max_urls_per_pattern
+    )  # ...few
     assert {e.split(":")[0] for t, s, e in many if s is None} == {"trap"}
 
 
@@ -324,7 +332,11 @@ def test_calendar_with_session_ids_costs_the_pattern_budget(hostile_crawl, hosti
     requested = requests_to(rows, hostile_web, "calendar_sid")
     days = [t for t in requested if t.startswith("/events")]
     # Pages of one template earn nothing (here, one URL: day -1 has a minus sign, day 0 not).
-    assert FAST.trap_max_urls_per_pattern <= len(days) <= FAST.trap_max_urls_per_pattern + 1
+    assert (
+        FAST.limits.trap_max_urls_per_pattern
+        <= len(days)
+        <= FAST.limits.trap_max_urls_per_pattern + 1
+    )
     assert all("sid=" not in t for t in requested)  # the session ids were stripped
     assert requested.count("/ok/1") == 1  # linked from every day under a new session id
     assert {e for t, e in rows.errors("calendar_sid").items() if t.startswith("/events")} == {
@@ -336,11 +348,11 @@ def test_a_page_of_dead_links_costs_the_error_budget_and_is_recorded(hostile_cra
     _, rows = hostile_crawl
     config = CrawlConfig()
     dead = [t for t in requests_to(rows, hostile_web, "dead_links") if t.startswith("/gone/")]
-    assert len(dead) == config.family_error_budget
+    assert len(dead) == config.limits.family_error_budget
     gone = [(t, s, e) for t, s, e, _ in rows.fetches["dead_links"] if t.startswith("/gone/")]
     assert len(gone) == MANY_LINKS == len({t for t, _, _ in gone})  # each link one row
     skipped = [e for _, s, e in gone if s is None]
-    assert len(skipped) == MANY_LINKS - config.family_error_budget
+    assert len(skipped) == MANY_LINKS - config.limits.family_error_budget
     assert set(skipped) == {"skipped: pattern_errors: /gone/"}
 
 
@@ -350,7 +362,7 @@ def test_a_trap_deep_inside_a_documentation_site_spares_the_site(hostile_crawl, 
     fetched_ok = {t for t, s, e, _ in rows.fetches["deep_trap"] if s == 200 and e is None}
     assert {origin + p for p in DOC_PAGES} - {origin + t for t in fetched_ok} == set()
     archive = [t for t in requests_to(rows, hostile_web, "deep_trap") if t.startswith(ARCHIVE)]
-    assert len(archive) == FAST.trap_max_urls_per_pattern
+    assert len(archive) == FAST.limits.trap_max_urls_per_pattern
 
 
 def test_pages_linked_from_the_front_page_are_fetched_early(hostile_crawl, hostile_web):
@@ -367,5 +379,6 @@ def test_pages_linked_from_the_front_page_are_fetched_early(hostile_crawl, hosti
     for path in SCENARIOS["hostile_site"].expected:
         assert requested.count(path) == 1, path
     assert (
-        len([t for t in requested if t.startswith("/events")]) <= FAST.trap_max_urls_per_pattern + 1
+        len([t for t in requested if t.startswith("/events")])
+        <= FAST.limits.trap_max_urls_per_pattern + 1
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.config import ConfigError, CrawlConfig, config_from_dict
+from crawler.config import ConfigError, CrawlConfig, LimitSettings, config_from_dict
 from crawler.limits import UrlLimits, counts_of
 from crawler.node import CrawlerNode
 from crawler.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
@@ -40,8 +40,8 @@ def test_session_ids_and_tracking_parameters_are_stripped(url, stripped):
 def test_stripped_parameters_are_configurable():
     custom = ParamStripper(["ref", "track_*"])
     assert custom("http://a.example/p?ref=x&track_id=1&sid=2") == "http://a.example/p?sid=2"
-    assert CrawlConfig(strip_params=["ref"]).strip_params == ["ref"]
-    assert "utm_*" in CrawlConfig().strip_params
+    assert LimitSettings(strip_params=["ref"]).strip_params == ["ref"]
+    assert "utm_*" in LimitSettings().strip_params
 
 
 def test_content_shape_ignores_numbers_and_session_ids_only():
@@ -63,7 +63,7 @@ def test_path_pattern_masks_numbered_segments_and_query_values():
 
 
 def limits(**settings) -> UrlLimits:
-    return UrlLimits(CrawlConfig(**settings))
+    return UrlLimits(LimitSettings(**settings))
 
 
 def test_url_length_limit():
@@ -134,28 +134,31 @@ def test_host_budget_counts_only_admitted_urls():
 
 def test_limit_defaults_and_validation():
     config = CrawlConfig()
-    assert config.max_body_bytes == config.max_decoded_bytes == 10_000_000
-    assert (config.fetch_timeout_s, config.max_redirects) == (60.0, 10)
-    assert config.max_url_length == MAX_URL_LENGTH
-    assert config.max_pages_per_host == 100_000
-    assert (config.trap_max_urls_per_pattern, config.trap_max_segment_repeats) == (100, 3)
-    assert (config.max_depth_per_host, config.family_error_budget) == (30, 20)
-    for bad in (
-        {"max_url_length": MAX_URL_LENGTH + 1},  # canonicalization already drops longer URLs
-        {"fetch_timeout_s": 0},
-        {"max_redirects": -1},
-        {"max_decoded_bytes": 10},
-        {"trap_max_urls_per_pattern": 0},
-        {"family_error_budget": 0},
-        {"max_depth_per_host": -1},
+    assert config.fetch.max_body_bytes == config.fetch.max_decoded_bytes == 10_000_000
+    assert (config.fetch.fetch_timeout_s, config.fetch.max_redirects) == (60.0, 10)
+    assert config.limits.max_url_length == MAX_URL_LENGTH
+    assert config.limits.max_pages_per_host == 100_000
+    assert (config.limits.trap_max_urls_per_pattern, config.limits.trap_max_segment_repeats) == (
+        100,
+        3,
+    )
+    assert (config.limits.max_depth_per_host, config.limits.family_error_budget) == (30, 20)
+    for section, key, value in (
+        ("limits", "max_url_length", MAX_URL_LENGTH + 1),  # canonicalization drops longer URLs
+        ("fetch", "fetch_timeout_s", 0),
+        ("fetch", "max_redirects", -1),
+        ("fetch", "max_decoded_bytes", 10),
+        ("limits", "trap_max_urls_per_pattern", 0),
+        ("limits", "family_error_budget", 0),
+        ("limits", "max_depth_per_host", -1),
     ):
-        with pytest.raises(ConfigError):
-            config_from_dict(bad)
+        with pytest.raises(ConfigError, match=f"{section}.{key}"):
+            config_from_dict({section: {key: value}})
 
 
 def test_a_servers_counts_leave_with_it_and_count_where_it_goes():
-    config = CrawlConfig(max_pages_per_host=3, trap_max_urls_per_pattern=2)
-    here, there = UrlLimits(config), UrlLimits(config)
+    settings = LimitSettings(max_pages_per_host=3, trap_max_urls_per_pattern=2)
+    here, there = UrlLimits(settings), UrlLimits(settings)
     assert here.admit("http://a.example/cal/1") is None
     assert here.admit("http://a.example/cal/2") is None
     assert here.admit("http://b.example/1") is None
@@ -181,7 +184,7 @@ def test_counts_rebuilt_from_admitted_urls_are_those_admit_would_have_made():
 
 
 def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
-    config = CrawlConfig(max_pages_per_host=5)
+    config = CrawlConfig(limits={"max_pages_per_host": 5})
     host = "127.0.0.1:9"  # loopback, nothing listens: the nodes are never started anyway
     sender = CrawlerNode("node-0", "c", str(tmp_path), config, [host], [host], True, None)
     receiver = CrawlerNode("node-1", "c", str(tmp_path), config, [], [host], True, None)

@@ -46,7 +46,7 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
 
     allow = slow_web.servers
     config = tmp_path / "crawl.toml"
-    config.write_text(f"write_interval_s = 0.2\nwrite_batch_rows = {BATCH_ROWS}\n")
+    config.write_text(f"[output]\nwrite_interval_s = 0.2\nwrite_batch_rows = {BATCH_ROWS}\n")
     slow_web.request_log(clear=True)
     crawl_dir = tmp_path / "out" / "resumable"
     command = [sys.executable, "-m", "crawlflow", "crawl", slow_web.hub_url, "--allow-private"]

@@ -161,9 +161,9 @@ def test_unknown_policy_is_refused():
 
 
 def test_config_fields():
-    config = config_from_dict({"policy": "performance", "keepalive_speedup": 1.5})
-    assert config.policy == "performance" and config.keepalive_speedup == 1.5
-    assert config_from_dict({}).policy == "capability"
+    config = config_from_dict({"scheduling": {"policy": "performance", "keepalive_speedup": 1.5}})
+    assert config.scheduling.policy == "performance" and config.scheduling.keepalive_speedup == 1.5
+    assert config_from_dict({}).scheduling.policy == "capability"
     for bad in (
         {"policy": "depth-first"},
         {"quality_file": "scores.txt"},
@@ -171,5 +171,5 @@ def test_config_fields():
         {"estimate_weight": 1.0},
         {"keepalive_speedup": 0},
     ):
-        with pytest.raises(ConfigError):
-            config_from_dict(bad)
+        with pytest.raises(ConfigError, match=f"scheduling.{next(iter(bad))}"):
+            config_from_dict({"scheduling": bad})

@@ -36,7 +36,8 @@ def web():
 def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, policy):
     hosts = web.servers
     config = CrawlConfig(
-        policy=policy, max_connections=4, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
+        scheduling={"policy": policy, "max_connections": 4},
+        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
     node = CrawlerNode("node-0", policy, str(tmp_path), config, hosts, hosts, True, None)
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
@@ -106,7 +107,7 @@ def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bo
     }[mode]
     with WebSim(spec) as sim:
         hosts = sim.servers
-        config = CrawlConfig(max_connections=8, rate_control=settings)
+        config = CrawlConfig(scheduling={"max_connections": 8}, rate_control=settings)
         node = CrawlerNode("node-0", mode, str(tmp_path), config, hosts, hosts, True, None)
         coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
         coordinator.seed(sim.host_urls)

@@ -28,8 +28,8 @@ def crawled(tmp_path_factory):
     with WebSim(spec) as sim:
         hosts = sim.servers
         config = CrawlConfig(
-            max_connections=3,
-            write_batch_rows=15,
+            scheduling={"max_connections": 3},
+            output={"write_batch_rows": 15},
             rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
         )
         node = CrawlerNode("node-0", "c1", str(out), config, hosts, hosts, True, None)
@@ -152,7 +152,9 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
     sim = crawled[1]
     hosts = sim.servers
     config = CrawlConfig(
-        max_connections=3, write_batch_rows=15, rate_control={"mode": "fixed", "fixed_delay_s": 0}
+        scheduling={"max_connections": 3},
+        output={"write_batch_rows": 15},
+        rate_control={"mode": "fixed", "fixed_delay_s": 0},
     )
     node = CrawlerNode("node-0", "c1", str(tmp_path), config, hosts, hosts, True, None)
     coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)

@@ -204,7 +204,7 @@ class CrawlerNode:
         core = self.core
         if not self._started:
             return
-        wanted = min(core.config.max_connections, max(1, len(core.servers)))
+        wanted = min(core.config.scheduling.max_connections, max(1, len(core.servers)))
         while self._connections < wanted and not core.stopping:
             worker = self._thread(self.loop.work, f"{self.node_id}-conn{self._connections}")
             worker.start()

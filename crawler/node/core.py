@@ -44,11 +44,15 @@ class NodeCore:
         self.scope = Scope(set(scope_hosts))
         self.max_depth = max_depth
         self.lock = threading.Condition()
-        self.frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
-        self.limits = UrlLimits(config)
-        self.strip_params = ParamStripper(config.strip_params)
+        self.frontier = Frontier(
+            config.scheduling.policy,
+            config.scheduling.keepalive_speedup,
+            config.scheduling.estimate_weight,
+        )
+        self.limits = UrlLimits(config.limits)
+        self.strip_params = ParamStripper(config.limits.strip_params)
         self.revisits = revisits
-        self._quality = make_quality_model(config.policy, config.quality_file)
+        self._quality = make_quality_model(config.scheduling.policy, config.scheduling.quality_file)
         self.sessions: dict[str, ServerSession] = {}  # this node's connection to each server
         self.budget = UNLIMITED if page_budget is None else page_budget
         self.active = 0  # connections open
@@ -68,9 +72,9 @@ class NodeCore:
             server.controller = make_host_controller(
                 self.config.rate_control, self.config.retry, time.monotonic()
             )
-        server.requests_per_connection = self.config.requests_per_connection
+        server.requests_per_connection = self.config.scheduling.requests_per_connection
         if server.robots is not None:
-            delay = server.robots.crawl_delay(self.config.user_agent)
+            delay = server.robots.crawl_delay(self.config.fetch.user_agent)
             if delay:
                 server.controller.set_floor_delay(delay)
         self.frontier.add_server(server)

@@ -51,7 +51,7 @@ class FetchLoop:
         self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
         # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
-            core.config.rate_control, core.config.max_connections, time.monotonic()
+            core.config.rate_control, core.config.scheduling.max_connections, time.monotonic()
         )
 
     # ---- one thread, one connection, one URL --------------------------------------------------
@@ -81,8 +81,8 @@ class FetchLoop:
     def serve(self, server: ServerState) -> None:
         """One connection's worth of work on one server."""
         core = self._core
-        user_agent = core.config.user_agent
-        session = core.sessions.setdefault(server.host, ServerSession(core.config))
+        user_agent = core.config.fetch.user_agent
+        session = core.sessions.setdefault(server.host, ServerSession(core.config.fetch))
         if server.refused is not None or not self._address_ok(server, session):
             self._fail_queued(server, FetchError(ErrorClass.ADDRESS_REFUSED, server.refused))
             return
@@ -135,7 +135,7 @@ class FetchLoop:
         retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
         with core.lock:
             hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
-        outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.max_redirects)
+        outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.fetch.max_redirects)
         if outcome.failed is not None and core.limits.outcome(task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
         if result.status == 304:
@@ -194,15 +194,15 @@ class FetchLoop:
         # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
         status = None if result.cut_short else result.status
         rules = RobotsRules.from_response(
-            status, result.body.decode("utf-8", "replace"), now, config.robots_retry_s
+            status, result.body.decode("utf-8", "replace"), now, config.fetch.robots_retry_s
         )
         if not rules.is_unreachable:
             server.robots = rules
-            delay = rules.crawl_delay(config.user_agent)
+            delay = rules.crawl_delay(config.fetch.user_agent)
             if delay:
                 assert server.controller is not None
                 server.controller.set_floor_delay(delay)
-            if config.sitemaps:
+            if config.fetch.sitemaps:
                 self._read_sitemaps(server, session)
             return True
         # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
@@ -226,7 +226,7 @@ class FetchLoop:
         def fetch(url: str) -> FetchResult:
             if core.stopping:  # the deadline or the end of the crawl: no more sitemaps
                 return FetchResult(url, error=FetchError(ErrorClass.STOPPED))
-            if not server.robots or not server.robots.allowed(url, core.config.user_agent):
+            if not server.robots or not server.robots.allowed(url, core.config.fetch.user_agent):
                 return FetchResult(url, error=FetchError(ErrorClass.ROBOTS_DISALLOWED))
             wait = controller.earliest_next() - time.monotonic()
             if wait > 0:

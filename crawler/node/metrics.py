@@ -23,14 +23,14 @@ class NodeMetrics:
             crawl_dir / "metrics",
             METRICS,
             prefix=core.node_id,
-            batch_rows=config.write_batch_rows,
-            interval_s=config.write_interval_s,
+            batch_rows=config.output.write_batch_rows,
+            interval_s=config.output.write_interval_s,
         )
 
     def tick(self) -> None:
         """The metrics thread: one round of rows per interval until the node stops."""
         core = self._core
-        interval = core.config.metrics_interval_s
+        interval = core.config.output.metrics_interval_s
         next_tick = time.monotonic() + interval
         with core.lock:
             while not core.stopping:

@@ -29,14 +29,14 @@ class Recorder:
         self.crawl_id = core.crawl_id
         self._revisits = core.revisits
         config = core.config
-        self._warc = config.warc
+        self._warc = config.output.warc
         # Fetches last: a batch counts once its fetches file exists (see CommitGroupWriter).
         self.output = CommitGroupWriter(
             {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
             prefix=node_id,
-            batch_rows=config.write_batch_rows,
-            interval_s=config.write_interval_s,
-            archive=WarcBatchWriter(crawl_dir) if config.warc else None,
+            batch_rows=config.output.write_batch_rows,
+            interval_s=config.output.write_interval_s,
+            archive=WarcBatchWriter(crawl_dir) if config.output.warc else None,
         )
 
     def fetch(
