@@ -1,7 +1,10 @@
-"""Crawler settings: everything a user may tune, with safe defaults.
+"""Crawler settings: everything a user may tune, with safe defaults, as one tree of sections.
 
-Loaded from a TOML or JSON file (`--config FILE`); unknown keys and bad values are errors, so a
-typo never silently falls back to a default.
+Each component is built from its own section only (the fetcher from `fetch`, the URL limits
+from `limits`, the rate controllers from `rate_control` and `retry`, ...); the node hands each
+part its section. Loaded from a TOML or JSON file (`--config FILE`, one table per section) as
+part of the crawl request (crawler/request.py); unknown keys and bad values are errors, so a
+typo never silently falls back to a default, and a key of the old flat layout names its table.
 """
 
 from __future__ import annotations
@@ -258,7 +261,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
             ("plan", PlanSettings),
         ]
         for name in model.model_fields
-        if name not in ("batch",)
+        if (section, name) not in _RENAMED.values()
     },
     **_RENAMED,
 }
