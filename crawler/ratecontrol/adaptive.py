@@ -21,11 +21,13 @@ SERVED_MAX_IDLE_SHARE = 0.1
 PROOF_SAMPLES = 4
 # The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
 # recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
-RECENT_SAMPLES = 32
+RECENT_SAMPLES = 16
 UNLOADED_HISTORY = 64
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
-UNLOADED_DUTY_MARGIN = 1.25
+UNLOADED_DUTY_MARGIN = 1.1
+# The delay side's largest step, as a factor between the current rate and the rate it aims at.
+MAX_RATE_ERROR = 2.0
 
 
 class AdaptiveRateController(PacedController):
@@ -108,6 +110,10 @@ class AdaptiveRateController(PacedController):
         self.proven_fast = False
         # The current RTT when the ceiling lifted: what slow start measures its rise against.
         self._ceiling_rtt: float | None = None
+        # ...and the rate then, until the RTT has shown whether it rises with the rate, and
+        # the responses since at twice that rate.
+        self._ceiling_rate: float | None = None
+        self._fast_streak = 0
         self._proof_streak = 0
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
@@ -184,13 +190,25 @@ class AdaptiveRateController(PacedController):
             return 1.0
         return current / unloaded
 
-    def _target_after_ban(self, now: float) -> tuple[float, bool]:
+    def _rate_error(self, inflation: float | None) -> float:
+        """log(rate at the target / current rate) for a server that works one request at a time
+        (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
+        MAX_RATE_ERROR where the RTT shows little or no inflation."""
+        busy_target = 1.0 - 1.0 / self.settings.rtt_target
+        busy_now = 1.0 - 1.0 / (1.0 if inflation is None else inflation)
+        if busy_now * MAX_RATE_ERROR <= busy_target:
+            return math.log(MAX_RATE_ERROR)
+        return math.log(busy_target / busy_now)
+
+    def _target_after_ban(self, now: float, overshot: bool) -> tuple[float, bool]:
         """The rate to settle at after a ban, and whether it was measured (see the class
-        notes)."""
+        notes). `overshot`: False for a first ban that came as the delay side's gentle growth
+        crept over the limit; the rate had held just below banned_at, as in a probe."""
         cfg = self.settings
         banned_at = self._rate_at_start
-        # The ban ends a probe: the rate had held just below banned_at.
-        estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
+        # The ban ends a probe, or gentle growth: the rate had held just below banned_at.
+        held = self._held or (self.target is None and not overshot)
+        estimate = banned_at if held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
         elapsed = 0.0 if self._last_ban_at is None else now - self._last_ban_at
         if elapsed <= 0 or self._pages_since_ban < SERVED_MIN_PAGES:
             return cfg.ban_target_share * estimate, False
@@ -204,10 +222,12 @@ class AdaptiveRateController(PacedController):
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
         cfg = self.settings
         if outcome is Outcome.BAN:
-            # Slow start runs past a token bucket's rate until the burst is spent, by a factor
-            # of 2**(burst seconds / doubling time): its end backs off twice as far.
-            backoff = cfg.ban_backoff if self.target is not None else cfg.ban_backoff**2
-            self.target, self._measured = self._target_after_ban(now)
+            # Slow start (and the ceiling's pace, which may be far above a limit) runs past a
+            # token bucket's rate until the burst is spent, by a factor of 2**(burst seconds /
+            # doubling time): the first ban then backs off twice as far.
+            overshot = self.slow_start or not self.proven_fast
+            backoff = cfg.ban_backoff**2 if self.target is None and overshot else cfg.ban_backoff
+            self.target, self._measured = self._target_after_ban(now, overshot)
             self.slow_start = False
             self._held = False
             self._last_ban_at = now
@@ -223,10 +243,11 @@ class AdaptiveRateController(PacedController):
         if outcome is Outcome.ERROR:
             return  # no growth on failures; runs of them pause the host (shared layer)
         self._pages_since_ban += 1
+        self._check_flat()
         inflation = self.inflation()
         self._check_proof(inflation)
         # The relative error, in logs: up as fast as down for the same factor off the target.
-        error = math.log(cfg.rtt_target / (1.0 if inflation is None else inflation))
+        error = self._rate_error(inflation)
         step = math.exp(cfg.rtt_gain * error)
         # Queueing above the target brakes. Once bans have given a target, the server has said
         # how fast it wants to be asked, and only strong queueing (at twice the target's
@@ -274,6 +295,24 @@ class AdaptiveRateController(PacedController):
         halfway = (self.settings.rtt_target - 1.0) / 2.0 * unloaded
         return current - base >= max(self.settings.rtt_noise_s, halfway)
 
+    def _check_flat(self) -> None:
+        """Once the rate has doubled past the ceiling's for RECENT_SAMPLES responses (so that R
+        is measured at it): if the RTT did not rise meanwhile, the server does not queue one
+        request behind another (it has several workers), so the RTTs at the ceiling were
+        unloaded ones, and U, which took them as stretched by the busy share (one worker, the
+        worst case), is raised to them."""
+        if self._ceiling_rate is None:
+            return
+        if self._rate_at_start < 2.0 * self._ceiling_rate:
+            self._fast_streak = 0
+            return
+        self._fast_streak += 1
+        if self._fast_streak < RECENT_SAMPLES:
+            return
+        if not self._rtt_rose() and self._ceiling_rtt is not None:
+            self.queueing.floor_s = self._ceiling_rtt
+        self._ceiling_rate = None
+
     def _check_proof(self, inflation: float | None) -> None:
         """Count responses that show the host is fast: sent near the ceiling, RTT not inflated."""
         if self.proven_fast or inflation is None:
@@ -285,6 +324,7 @@ class AdaptiveRateController(PacedController):
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
             if self.proven_fast:
                 self._ceiling_rtt = self.queueing.current_s
+                self._ceiling_rate = self._rate_at_start
         else:
             self._proof_streak = 0
 

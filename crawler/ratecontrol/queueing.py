@@ -30,6 +30,7 @@ class QueueingDelay:
         self.samples = samples
         self._unloaded: deque[float] = deque(maxlen=history)
         self._recent: deque[float] = deque(maxlen=recent)
+        self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
 
     def observe(self, rtt_s: float, duty: float) -> None:
         """A page RTT, and the share of the time the connection was busy when it was sent."""
@@ -46,7 +47,9 @@ class QueueingDelay:
 
     @property
     def unloaded_s(self) -> float | None:
-        return math.exp(_interquartile_mean(self._unloaded)) if self._unloaded else None
+        if not self._unloaded:
+            return None
+        return max(self.floor_s, math.exp(_interquartile_mean(self._unloaded)))
 
     @property
     def current_s(self) -> float | None:
