@@ -25,6 +25,8 @@ RECENT_SAMPLES = 16
 UNLOADED_HISTORY = 64
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
+# Small: on a server with several workers, U is the ceiling's RTT divided by up to (1 + this
+# times the share), which must stay well under rtt_target for the server to show it is fast.
 UNLOADED_DUTY_MARGIN = 1.1
 # The delay side's largest step, as a factor between the current rate and the rate it aims at.
 MAX_RATE_ERROR = 2.0
@@ -38,38 +40,49 @@ class AdaptiveRateController(PacedController):
 
     Delay side (`QueueingDelay`): with U the unloaded RTT and R the current RTT (interquartile
     means of log RTT), the inflation R/U is what the controller steers: to `rtt_target`
-    (1.42), the middle of the band between the RTT of an idle server (1x) and the 1.5x that
-    politeness allows, as close to 1.5x as U's error (a few percent) leaves room for. Queueing
-    under `rtt_noise_s` (R - U) reads as none: on fast hosts that much is the client's own
+    (1.45), under the 1.5x that politeness allows by about U's error. Queueing under
+    `rtt_noise_s` (R - U) never brakes: on fast hosts that much is the client's own
     scheduling jitter.
 
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
-      `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests):
-      the connection is busy at most 1/(1 + f) of the time, and the RTTs of requests sent
-      that idle are unloaded ones; `base_samples` of them make U known. The host shows it is
-      fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the ceiling or
-      more kept R/U under the target: its RTT did not inflate as the rate grew to the
-      ceiling. Then only the signals below bound r.
+      `unproven_delay_factor` (2): the connection is busy at most 1/(1 + f) of the time, and
+      the RTTs of requests sent at most that busy, each divided by (1 + busy share), are
+      unloaded ones (`QueueingDelay`); `base_samples` (32) of them make U known. Busier than
+      Heritrix's default (f = 5) so that U is learnt from twice the samples in the same time:
+      its error, not the ceiling's pace, is what decides where a host settles. The host shows
+      it is fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the
+      ceiling or more kept R/U under the target. Then only the signals below bound r.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
       has risen by half the target's distance from U over its value at the ceiling (as
-      HyStart ends TCP's on a rise of delay).
-    - Then, per clean response, r *= (rtt_target / (R/U)) ** rtt_gain: a multiplicative step
-      proportional to the relative error (in logs, so a factor too fast and a factor too slow
-      weigh the same), small near the target (LEDBAT's linear controller), so r settles where
-      R = rtt_target * U without oscillating: R averages RECENT_SAMPLES responses, a lag of
-      about half of them, and a step of a few percent per response at most turns r by much
-      less than that lag can overshoot. Per response, not per second, so a slow host is not
-      outrun. After a ban the loss side below sets the pace, and queueing brakes only from
-      R/U = 2 * rtt_target - 1 (twice the target's distance from U).
+      HyStart ends TCP's on a rise of delay). On a server that queues, the division of the
+      ceiling's RTTs by (1 + busy share) already reads as that rise, and slow start ends at
+      the ceiling.
+    - Then, per clean response, r *= (rate at the target / r) ** rtt_gain, the rate at the
+      target as a server working one request at a time (M/M/1, the most delay-sensitive
+      kind) would have it: inflation I = 1/(1 - busy share), so the target's rate is r *
+      (1 - 1/rtt_target) / (1 - 1/I), capped at MAX_RATE_ERROR times r where the RTT shows
+      little or no inflation (multiplicative increase). On such a server this closes
+      `rtt_gain` of the distance (in logs) per response whatever the distance, so it comes up
+      from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
+      responses, a lag of about half of them, over which the steps add up to well under the
+      distance. Per response, not per second, so a slow host is not outrun. After a ban the
+      loss side below sets the pace, and queueing brakes only from R/U = 2 * rtt_target - 1
+      (twice the target's distance from U).
+    - A server with several workers does not queue one request behind another: its RTT does
+      not rise with the rate, and the division by (1 + busy share) put U too low. Once r has
+      stayed at twice the ceiling's rate for RECENT_SAMPLES responses without R rising (as
+      slow start measures it), the ceiling's RTT is taken as unloaded: U is raised to it.
 
     Loss side (token buckets answering 429/503):
 
     - A ban at rate r_b pauses the host for its Retry-After (or, from the second ban in a
       row, backoff) and sets a new target T; r drops to min(r, r_b) * ban_backoff, and never
-      above T. The first ban, which ends slow start, backs off twice as far (ban_backoff**2):
-      slow start runs past a token bucket's rate until the burst allowance is spent, by a
-      factor of 2**(burst seconds / doubling time), 3-4x for one second of burst.
+      above T. A first ban that ends slow start or comes at the ceiling's pace backs off twice
+      as far (ban_backoff**2): those run past a token bucket's rate until the burst allowance
+      is spent, slow start by a factor of 2**(burst seconds / doubling time), 3-4x for one
+      second of burst. One that comes as the delay side's gentle growth crept over the limit
+      does not, and counts as after a probe that held (below).
     - The target. A token bucket is empty at every ban, so the pages served between two bans
       over the time between them (the served rate) are a lower bound of its rate, and a tight
       one when the host was kept busy: with the bucket refilled in the pause and drained
@@ -80,8 +93,8 @@ class AdaptiveRateController(PacedController):
       that ends a probe from a measured target, the last target that held (see probing) is
       a floor: the served rate then also counts the time spent below the limit. Otherwise
       (the first ban, or an idle host) only the ban rate says something: T =
-      ban_target_share * W with W = r_b after a probe that held, else CUBIC's "fast
-      convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
+      ban_target_share * W with W = r_b after a probe that held or gentle growth, else
+      CUBIC's "fast convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
     - Afterwards r approaches T from below: each clean response closes `approach_gain` of the
       gap, fast when far, cautious near it.
     - Every `probe_every` clean responses in a row, T is raised by `probe_step`, doubling the

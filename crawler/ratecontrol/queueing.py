@@ -21,7 +21,9 @@ class QueueingDelay:
       such a load, one with more workers by less, so the estimate errs low, on the polite
       side. Known from `samples` of them. Refreshed whenever requests go out that slowly: after
       the host sat idle, and whenever the controller itself brakes that far, so a U learnt too
-      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT).
+      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT). Never below
+      `floor_s`, what the caller learnt otherwise (a server whose RTT does not rise with the
+      rate: the busy share did not stretch it).
     - Current RTT R: over the last `recent` page RTTs, whatever the load.
     """
 

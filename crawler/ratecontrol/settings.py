@@ -100,8 +100,9 @@ class RateControlSettings(BaseModel):
         0.03, gt=0, le=1, description="log-rate step per response per unit of log error"
     )
     # Until a server has shown it is fast, wait at least this many RTTs after each response
-    # (Heritrix's delayFactor): its connection is busy at most 1/(1+5) of the time, and the
-    # RTTs of requests sent that idle are its unloaded RTT, known from `base_samples` of them.
+    # (as Heritrix's delayFactor, 5 there): its connection is busy at most 1/(1+2) of the time,
+    # and the RTTs of requests sent that idle give its unloaded RTT, known from `base_samples`
+    # of them.
     unproven_delay_factor: float = Field(2.0, gt=0)
     base_samples: int = Field(32, ge=1)
 
