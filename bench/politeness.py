@@ -193,12 +193,16 @@ def degrading_truth(sim: WebSim, expected: set[str]) -> list[DegradingTruth]:
     return truth
 
 
-def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, float]:
-    """The real flow on local Ray; returns the crawl directory and the flow's wall time."""
+def run_crawl(
+    sim: WebSim, mode: str, out_dir: Path, web: str
+) -> tuple[Path, float, tuple[float, float]]:
+    """The real flow on local Ray; returns the crawl directory, the flow's wall time and the
+    1-minute load average before and after (timings on a shared machine move with it)."""
     # A quiet flow log; set before Prefect is first imported.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from flows.crawl import crawl
 
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     summary = crawl(
         seeds=[sim.hub_url],
@@ -209,7 +213,8 @@ def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, fl
         crawl_id=f"politeness-{web}-{mode}",
         config={"rate_control": MODES["back-to-back" if mode == HELD else mode]},
     )
-    return Path(summary["out_dir"]), time.monotonic() - started
+    wall_s = time.monotonic() - started
+    return Path(summary["out_dir"]), wall_s, (round(load_before, 1), round(os.getloadavg()[0], 1))
 
 
 def measure(
@@ -372,7 +377,8 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
         f"crawl {result['crawl_s']}s, the crawl held at the 1.5x rates (oracle Crawl-delay) "
         f"{result['held_at_1_5x_s']}s (pages / 1.5x rate: {result['pages_over_1_5x_rate_s']}s): "
         f"{speed} as fast [{'ok' if speed_ok else 'MISSED'}]  coverage "
-        f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%"
+        f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%  "
+        f"load average {result['load_average_before_after']}"
     )
 
 
@@ -447,7 +453,8 @@ def print_result(mode: str, result: dict[str, Any]) -> None:
         f"[{'ok' if checks['ban_share'] else 'MISSED'}]"
         f"  crawl {result['crawl_s']}s / bound {result['bound_s']}s = "
         f"{result['time_over_bound']:.2f} [{'ok' if checks['time_over_bound'] else 'MISSED'}]"
-        f"  (flow wall time {result['flow_wall_s']}s)"
+        f"  (flow wall time {result['flow_wall_s']}s, load average "
+        f"{result['load_average_before_after']})"
     )
 
 
@@ -470,8 +477,9 @@ def run_rate_limited(
             f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit)"
         )
         for mode in modes:
-            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "limited")
+            crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "limited")
             results[mode] = measure(crawl_dir, truth, expected, wall_s)
+            results[mode]["load_average_before_after"] = load
             print_result(mode, results[mode])
             suffix = "" if mode == modes[0] else f"_{mode}"
             png = plot_host_rates(
@@ -510,9 +518,10 @@ def run_degrading(
                     f"{min(t.unloaded_ms for t in truth):.0f}-"
                     f"{max(t.unloaded_ms for t in truth):.0f} ms"
                 )
-            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "degrading")
+            crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "degrading")
             server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
         results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s, server_ms, held_s)
+        results[mode]["load_average_before_after"] = load
         held_s = results[HELD]["crawl_s"]
         print_degrading(mode, results[mode])
         if mode != HELD:
