@@ -21,7 +21,7 @@ crawler nodes):
   as the ideal it cannot reach.
 
     .venv/bin/python -m bench.politeness [--quick] [--json PATH] [--modes adaptive fixed pid]
-        [--webs rate-limited degrading]
+        [--webs rate-limited degrading] [--degrading-seed N]
 
 Goals. Rate-limited: coverage 100%, at most 1% of answers 429/503, crawl time (first request
 to last) at most 1.10x the bound. Degrading: on every host the median RTT during the crawl at
@@ -553,6 +553,9 @@ def main() -> None:
         default=["rate-limited", "degrading"],
     )
     parser.add_argument("--keep", type=Path, help="keep the crawl output here")
+    parser.add_argument(
+        "--degrading-seed", type=int, help="another degrading web (default: the one picked)"
+    )
     args = parser.parse_args()
     plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -566,9 +569,10 @@ def main() -> None:
             if len(args.modes) > 1:
                 document["modes"] = limited
         if "degrading" in args.webs:
-            document["degrading"] = run_degrading(
-                DEGRADING_WEBS[size], args.modes, out_dir, plots_dir
-            )
+            spec = DEGRADING_WEBS[size]
+            if args.degrading_seed is not None:
+                spec = replace(spec, seed=args.degrading_seed)
+            document["degrading"] = run_degrading(spec, args.modes, out_dir, plots_dir)
     finally:
         if args.keep is None:
             shutil.rmtree(out_dir, ignore_errors=True)
