@@ -329,8 +329,8 @@ DEGRADING_SEEDS = range(6)
 def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
     # The goals on websim's model (M/M/1, 2 ms of network latency, response times
     # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
-    # most 1.5x the unloaded one, and the crawl on average at least 80% as fast as one held at
-    # the rate where the RTT reaches 1.5x (no run below 75%: the unloaded RTT learnt from 32
+    # most 1.5x the unloaded one, and the crawl at least 80% as fast as one held at the rate
+    # where the RTT reaches 1.5x in every run, 85% on average (the unloaded RTT learnt from 32
     # noisy samples under the ceiling sets where a run settles, 1.45x of it).
     model = QueueingModel(0.002, capacity)
     held_s = 600 / model.rate_at_inflation(1.5)
@@ -340,8 +340,19 @@ def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
         rtts, elapsed = run_degrading(controller, model, seed=seed)
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
         speeds.append(held_s / elapsed)
-    assert statistics.mean(speeds) >= 0.8
-    assert min(speeds) >= 0.75
+    assert statistics.mean(speeds) >= 0.85
+    assert min(speeds) >= 0.8
+
+
+@pytest.mark.parametrize("capacity", [3.0, 8.0, 20.0, 40.0])
+def test_adaptive_small_degrading_hosts_stay_under_the_goal(capacity: float) -> None:
+    # Over 80 pages the start weighs most: the ceiling's pace and the climb from it must not
+    # run a small host past 1.5x either.
+    model = QueueingModel(0.002, capacity)
+    for seed in range(8):
+        controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+        rtts, _ = run_degrading(controller, model, pages=80, seed=seed)
+        assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
 
 
 @pytest.mark.parametrize("capacity", [3.0, 20.0])
