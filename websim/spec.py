@@ -66,7 +66,7 @@ class WebSpec:
     validator_fault_share: float = 0.06
     sitemap_share: float = 0.0
 
-    # Hostile hosts (websim/hostile.py): each named scenario is served on its own address after
+    # Hostile hosts (websim/hostile/): each named scenario is served on its own address after
     # the web's hosts. Not linked from the web: a crawl seeds them (`WebSim.hostile_url`).
     hostile: tuple[str, ...] = ()
     hostile_drip_s: float = 1.0  # seconds between the bytes of a dripping response
