@@ -52,10 +52,10 @@ from typing import Any
 
 from bench import results_dir
 from crawler.urls import host_key
-from crawlflow.demo import coverage
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 from websim.queueing import ArrivalRate
 
 NODES = 2
@@ -200,18 +200,21 @@ def run_crawl(
     1-minute load average before and after (timings on a shared machine move with it)."""
     # A quiet flow log; set before Prefect is first imported.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     summary = crawl(
-        seeds=[sim.hub_url],
-        allow=sim.servers,
-        allow_private=True,  # the synthetic web lives on loopback
-        nodes=NODES,
-        out_dir=str(out_dir),
-        crawl_id=f"politeness-{web}-{mode}",
-        config={"rate_control": MODES["back-to-back" if mode == HELD else mode]},
+        CrawlRequest(
+            seeds=[sim.hub_url],
+            allow=sim.servers,
+            allow_private=True,  # the synthetic web lives on loopback
+            nodes=NODES,
+            out_dir=str(out_dir),
+            crawl_id=f"politeness-{web}-{mode}",
+            config={"rate_control": MODES["back-to-back" if mode == HELD else mode]},
+        )
     )
     wall_s = time.monotonic() - started
     return Path(summary["out_dir"]), wall_s, (round(load_before, 1), round(os.getloadavg()[0], 1))

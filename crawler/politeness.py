@@ -16,14 +16,11 @@ from email.utils import parsedate_to_datetime
 from protego import Protego
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# Statuses that say "not now" rather than "never": rate limiting (429), overload (503), and the
-# transient server/gateway failures. 501 and 505 are permanent, so they are not retried.
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Which results are worth another try is the commit/resume rule's, defined once in storage.
+from storage.outcomes import FetchError, is_retryable
+
 # Host-level "slow down" signals: the server is refusing work because of our rate.
 BAN_STATUSES = frozenset({429, 503})
-# Error classes (the part of `FetchResult.error` before ":") worth another try: the request may
-# well succeed later. Invalid URLs, redirect loops and oversized bodies will fail the same way.
-RETRY_ERRORS = frozenset({"connect_timeout", "read_timeout", "connection_error"})
 
 # delay-seconds is a non-negative integer (RFC 9110); a fraction is tolerated, nothing else
 # (no sign, exponent, "nan" or digit separators).
@@ -83,16 +80,6 @@ class Backoff:
         return ceiling if self._rng is None else self._rng.uniform(0.0, ceiling)
 
 
-def is_retryable(status: int | None, error: str | None) -> bool:
-    """Whether a failed fetch may succeed if tried again later."""
-    if status is not None and status in RETRY_STATUSES:
-        return True
-    if error is None:
-        # No status and no error class only happens for a transport failure without details.
-        return status is None
-    return error.split(":", 1)[0].strip() in RETRY_ERRORS
-
-
 class RetrySettings(BaseModel):
     """The `[retry]` section: the retry budget of a URL, and how long a server is left alone
     after "not now" (the per-URL retries here and the host pauses of every rate controller)."""
@@ -145,7 +132,7 @@ class RetryPolicy:
         self,
         attempt: int,
         status: int | None,
-        error: str | None = None,
+        error: FetchError | str | None = None,
         retry_after_s: float | None = None,
     ) -> RetryDecision:
         if not is_retryable(status, error) or attempt > self.max_retries:
@@ -158,7 +145,7 @@ class RetryPolicy:
         self,
         attempt: int,
         status: int | None,
-        error: str | None = None,
+        error: FetchError | str | None = None,
         retry_after_s: float | None = None,
     ) -> float | None:
         """`decide` in one value: seconds until the retry, or None for "do not retry"."""
