@@ -56,11 +56,12 @@ from dataclasses import dataclass
 
 import pulp
 
-from allocation.aggregate import Aggregate, pack_into, solve_aggregate
+from allocation.aggregate import Aggregate, solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
-from allocation.heuristics import improve, several_ffd
+from allocation.fixed_bins import pack_on_bins
+from allocation.heuristics import improve, next_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
 from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
@@ -90,7 +91,7 @@ SCARCITY_POWERS = (1, 2, 4, 8)
 # restricted master; the full model gets the rest but a
 # margin, since writing the model for CBC and reading it back run past CBC's own clock.
 CANDIDATE_SHARE = 0.4
-EXACT_SHARE = 0.65
+FILL_SHARE = 0.65
 IMPROVE_SHARE = 0.7
 MASTER_SHARE = 0.8
 CBC_MARGIN_SHARE = 0.1
@@ -135,9 +136,12 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     def best() -> Packing | None:
         return min(candidates, key=lambda p: packing_cost(instance, p), default=None)
 
-    def closed() -> bool:
+    def best_cost() -> float:
         incumbent = best()
-        return incumbent is not None and packing_cost(instance, incumbent) <= lower + TOLERANCE
+        return packing_cost(instance, incumbent) if incumbent is not None else math.inf
+
+    def closed() -> bool:
+        return best_cost() <= lower + TOLERANCE
 
     bound_relaxation: list[tuple[Aggregate, list[Packing]]] = []
     for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE),
@@ -149,12 +153,14 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             break
 
     for aggregate, packings in bound_relaxation:
-        if not closed() and aggregate.by_type is not None and aggregate.nodes is not None:
-            exact = eliminate_bins(instance, _packed_exactly(
-                instance, aggregate.by_type, aggregate.nodes, packings,
-                lambda: clock.until(EXACT_SHARE)))
-            if within_limits(instance, exact):
-                candidates.append(exact)
+        if aggregate.nodes is not None:
+            start = {t: min((p.get(t, []) for p in packings), key=len) for t in aggregate.nodes}
+            for filled in _filled_bound(instance, aggregate.nodes, start, best_cost, clock,
+                                        FILL_SHARE):
+                if within_limits(instance, filled):
+                    candidates.append(filled)
+                if closed():
+                    break
 
     if not closed():
         cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
@@ -243,20 +249,30 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
             bound_relaxation.append((aggregate, packings))
 
 
-def _packed_exactly(instance: Instance, by_type: dict[str, list[str]], nodes: dict[str, int],
-                    packings: list[Packing], time_left: Callable[[], float]) -> Packing:
-    """The aggregated relaxation's task -> type choice packed on its node counts by CBC, type by
-    type, where the heuristics' packings need more nodes; a type CBC cannot settle keeps the
-    heuristics' fewest bins. When every type is settled this plan meets the bound."""
-    packing: Packing = {}
-    for type_name, task_ids in by_type.items():
-        fewest = min((p.get(type_name, []) for p in packings), key=len)
-        exact = None
-        if len(fewest) > nodes[type_name] and time_left() > 0:
-            exact = pack_into(instance, type_name, task_ids, nodes[type_name], fewest,
-                              max(time_left(), 0.5))
-        packing[type_name] = exact if exact is not None else fewest
-    return packing
+def _filled_bound(instance: Instance, nodes: dict[str, int], start: Packing,
+                  cost_to_beat: Callable[[], float], clock: CpuClock, share: float
+                  ) -> Iterator[Packing]:
+    """Every task packed on the bound's node counts (a plan that meets the bound), and failing
+    that on those plus one node, of each type in turn, cheapest first, until one fits; each by
+    ``pack_on_bins`` from ``start``, and tried only if it would beat ``cost_to_beat()``. The
+    bound's own counts get half of the CPU time left before ``share`` of the limit, each other
+    trial an equal part of what remains."""
+    base = [name for name, count in nodes.items() for _ in range(count)]
+    bound_cost = sum(next_bin_price(nt, k) for nt in instance.node_types
+                     for k in range(nodes.get(nt.name, 0)))
+    extras = sorted((next_bin_price(nt, nodes.get(nt.name, 0)), nt.name)
+                    for nt in instance.node_types if room_for(nt, nodes.get(nt.name, 0)))
+    trials = [(bound_cost, base)] + [(bound_cost + price, [*base, name]) for price, name in extras]
+    for k, (cost, bins) in enumerate(trials):
+        if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
+            return
+        part = 0.5 if k == 0 else 1 / (len(trials) - k)
+        stop = clock.elapsed() + part * clock.until(share)
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        if packing is not None:
+            yield packing
+            if k > 0:
+                return
 
 
 class _Model:
