@@ -24,9 +24,10 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    leave room for the packing loss) are packed type by type with minimum bin slack
    (``allocation.packing``), each then losing the bins whose tasks fit in the others;
    the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
-2. the bound's own task -> type choice packed by CBC on exactly the relaxation's node count per
-   type (``allocation.aggregate.pack_into``), for the types where the heuristics needed more:
-   when it succeeds for every type, the plan meets the bound;
+2. every task packed on exactly the bound's node counts per type (``allocation.fixed_bins``, a
+   tabu search that drives the nodes' overload to zero, moving tasks between types as well): a
+   plan that meets the bound when it succeeds; failing that, on those counts plus one node, of
+   the cheapest type that then fits everything (a plan within one node's price of the bound);
 3. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
 4. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
@@ -61,7 +62,7 @@ from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.fixed_bins import pack_on_bins
-from allocation.heuristics import improve, next_bin_price, room_for, several_ffd
+from allocation.heuristics import improve, room_for, several_ffd
 from allocation.master import restricted_master
 from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
@@ -86,8 +87,8 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the exact
-# packing of the bound's relaxation, the local search on the best candidates, and the
+# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the packing
+# on the bound's node counts, the local search on the best candidates, and the
 # restricted master; the full model gets the rest but a
 # margin, since writing the model for CBC and reading it back run past CBC's own clock.
 CANDIDATE_SHARE = 0.4
@@ -143,24 +144,21 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     def closed() -> bool:
         return best_cost() <= lower + TOLERANCE
 
-    bound_relaxation: list[tuple[Aggregate, list[Packing]]] = []
+    relaxations: list[tuple[float, Aggregate, list[Packing]]] = []
     for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE),
-                                        bound_relaxation):
+                                        relaxations):
         lower = max(lower, bound)
         if candidate is not None and within_limits(instance, candidate):
             candidates.append(candidate)
         if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
-    for aggregate, packings in bound_relaxation:
-        if aggregate.nodes is not None:
-            start = {t: min((p.get(t, []) for p in packings), key=len) for t in aggregate.nodes}
-            for filled in _filled_bound(instance, aggregate.nodes, start, best_cost, clock,
-                                        FILL_SHARE):
-                if within_limits(instance, filled):
-                    candidates.append(filled)
-                if closed():
-                    break
+    if not closed():
+        for filled in _filled(instance, relaxations, best_cost, clock, FILL_SHARE):
+            if within_limits(instance, filled):
+                candidates.append(filled)
+            if closed():
+                break
 
     if not closed():
         cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
@@ -219,11 +217,11 @@ def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seco
 
 
 def _candidates(instance: Instance, time_left: Callable[[], float],
-                bound_relaxation: list[tuple[Aggregate, list[Packing]]]
+                relaxations: list[tuple[float, Aggregate, list[Packing]]]
                 ) -> Iterator[tuple[Packing | None, float]]:
     """Candidate packings (None when a relaxation found no task -> type choice), each with the
-    lower bound known when it was made. The relaxation that gives the bound (capacity share 1)
-    is appended to ``bound_relaxation`` with its packings per type, by minimum bin slack."""
+    lower bound known when it was made. Each relaxation with a task -> type choice is appended
+    to ``relaxations`` with its capacity share and its packings by minimum bin slack."""
     for heuristic in (first_fit, first_fit_decreasing):
         try:
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
@@ -245,34 +243,45 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
                        for type_name, task_ids in aggregate.by_type.items()}
             packings.append(packing)
             yield eliminate_bins(instance, packing), lower
-        if share == 1.0:
-            bound_relaxation.append((aggregate, packings))
+        relaxations.append((share, aggregate, packings))
 
 
-def _filled_bound(instance: Instance, nodes: dict[str, int], start: Packing,
-                  cost_to_beat: Callable[[], float], clock: CpuClock, share: float
-                  ) -> Iterator[Packing]:
-    """Every task packed on the bound's node counts (a plan that meets the bound), and failing
-    that on those plus one node, of each type in turn, cheapest first, until one fits; each by
-    ``pack_on_bins`` from ``start``, and tried only if it would beat ``cost_to_beat()``. The
-    bound's own counts get half of the CPU time left before ``share`` of the limit, each other
-    trial an equal part of what remains."""
-    base = [name for name, count in nodes.items() for _ in range(count)]
-    bound_cost = sum(next_bin_price(nt, k) for nt in instance.node_types
-                     for k in range(nodes.get(nt.name, 0)))
-    extras = sorted((next_bin_price(nt, nodes.get(nt.name, 0)), nt.name)
-                    for nt in instance.node_types if room_for(nt, nodes.get(nt.name, 0)))
-    trials = [(bound_cost, base)] + [(bound_cost + price, [*base, name]) for price, name in extras]
-    for k, (cost, bins) in enumerate(trials):
+def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
+            cost_to_beat: Callable[[], float], clock: CpuClock, share: float
+            ) -> Iterator[Packing]:
+    """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
+    tried only if it would beat ``cost_to_beat()``: the relaxations' counts (the bound's first:
+    a plan that meets the bound), and the bound's counts plus one node of each type (a plan
+    within one node's price of it). The first trial gets half of the CPU time left before
+    ``share`` of the limit, each later one an equal part of what remains."""
+    trials: dict[tuple[str, ...], tuple[float, Packing]] = {}
+    for capacity_share, aggregate, packings in relaxations:
+        if aggregate.nodes is None:
+            continue
+        nodes = aggregate.nodes
+        start = {t: min((p.get(t, []) for p in packings), key=len) for t in nodes}
+        bins = tuple(name for name, count in nodes.items() for _ in range(count))
+        extras = [(nt.name,) for nt in instance.node_types
+                  if capacity_share == 1.0 and room_for(nt, nodes.get(nt.name, 0))]
+        for extra in [(), *extras]:
+            key = tuple(sorted(bins + extra))
+            if key not in trials:
+                trials[key] = (_bins_cost(instance, key), start)
+    ordered = sorted(trials.items(), key=lambda item: item[1][0])
+    for position, (bins, (cost, start)) in enumerate(ordered):
         if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
             return
-        part = 0.5 if k == 0 else 1 / (len(trials) - k)
+        part = 0.5 if position == 0 else 1 / (len(ordered) - position)
         stop = clock.elapsed() + part * clock.until(share)
         packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
         if packing is not None:
             yield packing
-            if k > 0:
-                return
+
+
+def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:
+    """What nodes of these types cost, each type's first ``max_reserved`` reserved."""
+    return packing_cost(instance, {nt.name: [[]] * bins.count(nt.name)
+                                   for nt in instance.node_types})
 
 
 class _Model:

@@ -17,9 +17,9 @@ from test_allocation_properties import SETTINGS, instances, or_none
 from allocation import cbc, milp
 from allocation.aggregate import solve_aggregate
 from allocation.cbc import has_solution, run_cbc
-from allocation.fixed_bins import pack_on_bins
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
+from allocation.fixed_bins import pack_on_bins
 from allocation.heuristics import improve, several_ffd
 from allocation.master import restricted_master
 from allocation.milp import OPTIMAL, TIME_LIMIT, MilpResult, solve_milp
