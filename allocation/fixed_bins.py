@@ -32,12 +32,16 @@ TENURE = (4, 12)
 TIE_NOISE = 1e-9
 # Steps checked against the deadline at once (a step takes about a millisecond).
 STEPS_PER_CHECK = 20
+# Steps without a new least overload after which the search gives up before its deadline (on
+# small instances it has tried what it can long before).
+GIVE_UP_STEPS = 3000
 
 
 def pack_on_bins(instance: Instance, bin_types: Sequence[str], start: Packing,
                  deadline: Callable[[], bool], seed: int = 0) -> Packing | None:
     """Every task of the instance on exactly the nodes ``bin_types`` (one type name per node),
-    or None if the search ends at its deadline without one. ``start`` (a packing, possibly with
+    or None if the search ends without one (at its deadline, or GIVE_UP_STEPS steps after its
+    last progress). ``start`` (a packing, possibly with
     other node counts) gives the first assignment."""
     if not bin_types:
         return None
@@ -50,7 +54,7 @@ def pack_on_bins(instance: Instance, bin_types: Sequence[str], start: Packing,
                 return None
             if search.total <= 0:
                 break
-        if search.total > 0 and deadline():
+        if search.total > 0 and (deadline() or search.steps - search.best_step > GIVE_UP_STEPS):
             return None
     return search.packing()
 
@@ -78,6 +82,7 @@ class _Search:
         np.add.at(self.load, self.assign, self.demand)
         self.total = float(self._overload(self.load).sum())
         self.best = self.total  # the least total overload reached so far
+        self.best_step = 0  # the step that reached it
 
     def _overload(self, load: np.ndarray, nodes: np.ndarray | slice = slice(None)
                   ) -> np.ndarray:
@@ -155,7 +160,8 @@ class _Search:
             self._relocate(i, node_j)
             self._relocate(j, node_i)
         self.total = float(self._overload(self.load).sum())
-        self.best = min(self.best, self.total)
+        if self.total < self.best:
+            self.best, self.best_step = self.total, self.steps
         return True
 
     def _relocate(self, i: int, node: int) -> None:

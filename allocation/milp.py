@@ -24,10 +24,12 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    leave room for the packing loss) are packed type by type with minimum bin slack
    (``allocation.packing``), each then losing the bins whose tasks fit in the others;
    the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
-2. every task packed on exactly the bound's node counts per type (``allocation.fixed_bins``, a
-   tabu search that drives the nodes' overload to zero, moving tasks between types as well): a
-   plan that meets the bound when it succeeds; failing that, on those counts plus one node, of
-   the cheapest type that then fits everything (a plan within one node's price of the bound);
+2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
+   drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
+   first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
+   bound), those plus one node of each type (a plan within one node's price of it), and the
+   relaxations' at the lower capacity shares. The greedy packers fill nodes one at a time and
+   often need a node more than the counts allow; the search repairs a whole assignment;
 3. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
 4. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
@@ -62,7 +64,7 @@ from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.fixed_bins import pack_on_bins
-from allocation.heuristics import improve, room_for, several_ffd
+from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
 from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
@@ -88,13 +90,14 @@ TOLERANCE = 1e-6
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
 # Shares of the time limit (CPU seconds) by which each phase must end: candidates, the packing
-# on the bound's node counts, the local search on the best candidates, and the
-# restricted master; the full model gets the rest but a
-# margin, since writing the model for CBC and reading it back run past CBC's own clock.
+# on given node counts, the shrinking of the best plan, the local search on the best candidates,
+# and the restricted master; the full model gets the rest but a margin, since writing the model
+# for CBC and reading it back run past CBC's own clock.
 CANDIDATE_SHARE = 0.4
-FILL_SHARE = 0.65
-IMPROVE_SHARE = 0.7
-MASTER_SHARE = 0.8
+FILL_SHARE = 0.6
+SHRINK_SHARE = 0.8
+IMPROVE_SHARE = 0.82
+MASTER_SHARE = 0.87
 CBC_MARGIN_SHARE = 0.1
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
@@ -157,6 +160,12 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         for filled in _filled(instance, relaxations, best_cost, clock, FILL_SHARE):
             if within_limits(instance, filled):
                 candidates.append(filled)
+            if closed():
+                break
+
+    if not closed() and candidates:
+        for shrunk in _shrunk(instance, best(), clock, SHRINK_SHARE):
+            candidates.append(shrunk)
             if closed():
                 break
 
@@ -276,6 +285,33 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
         packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
         if packing is not None:
             yield packing
+
+
+def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
+            ) -> Iterator[Packing]:
+    """Plans with one node fewer than the last, each by ``pack_on_bins`` from the last: the node
+    dropped is of the type whose last node saves the most that can spare one, else the next
+    type. Stops when no type can spare a node or at ``share`` of the limit; each trial gets half
+    of the CPU time left."""
+    current = packing
+    while clock.until(share) > 0:
+        counts = {name: len(bins) for name, bins in current.items() if bins}
+        by_saving = sorted(counts, key=lambda name: -last_bin_price(instance.node_type(name),
+                                                                     counts[name]))
+        for name in by_saving:
+            bins = tuple(t for t, count in counts.items()
+                         for _ in range(count - (t == name)))
+            stop = clock.elapsed() + 0.5 * clock.until(share)
+            shrunk = pack_on_bins(instance, bins, current,
+                                  lambda stop=stop: clock.elapsed() >= stop)
+            if shrunk is not None:
+                break
+            if clock.until(share) <= 0:
+                return
+        else:
+            return
+        yield shrunk
+        current = shrunk
 
 
 def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:
