@@ -246,13 +246,13 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
         if aggregate.by_type is None:
             yield None, lower
             continue
-        packings = []
-        for power in SCARCITY_POWERS:
-            packing = {type_name: min_slack_bins(instance, type_name, task_ids, power)
-                       for type_name, task_ids in aggregate.by_type.items()}
-            packings.append(packing)
-            yield eliminate_bins(instance, packing), lower
+        packings = [{type_name: min_slack_bins(instance, type_name, task_ids, power)
+                     for type_name, task_ids in aggregate.by_type.items()}
+                    for power in SCARCITY_POWERS]
+        # Recorded before the packings are yielded: the caller may stop at any yield.
         relaxations.append((share, aggregate, packings))
+        for packing in packings:
+            yield eliminate_bins(instance, packing), lower
 
 
 def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
