@@ -30,11 +30,13 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    bound), those plus one node of each type (a plan within one node's price of it), and the
    relaxations' at the lower capacity shares. The greedy packers fill nodes one at a time and
    often need a node more than the counts allow; the search repairs a whole assignment;
-3. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
+   (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
+4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
-4. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
    covers every task, which recombines bins of different plans;
-5. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+6. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
    identical, so they are ordered by their first task in a fixed task order (largest first); then
    open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
    positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the

@@ -17,6 +17,7 @@ from test_allocation_properties import SETTINGS, instances, or_none
 from allocation import cbc, milp
 from allocation.aggregate import solve_aggregate
 from allocation.cbc import has_solution, run_cbc
+from allocation.clock import CpuClock
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
 from allocation.fixed_bins import pack_on_bins
@@ -185,6 +186,16 @@ def test_pack_on_bins_finds_an_exact_fill_that_greedy_packing_misses() -> None:
                           deadline=lambda: next(checks, None) is None)
     assert packed is not None and len(packed["n"]) == 6
     check(instance, packed)
+
+
+def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=4, seed=1))
+    bloated = {"n": [[task.id] for task in instance.tasks]}  # one node per task: 16
+    shrunk = list(milp._shrunk(instance, bloated, CpuClock(30), share=1.0))
+    assert [len(p["n"]) for p in shrunk] == list(range(15, 3, -1))  # down to the volume's 4
+    for packing in shrunk:
+        check(instance, packing)
 
 
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
