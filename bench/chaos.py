@@ -58,7 +58,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "fetch_timeout_s": 5.0,
     "robots_retry_s": 1.0,
     "write_interval_s": 1.0,
-    "rate_control": {
+    "retry": {
         "retry_after_max_s": 3.0,
         "max_retries": 2,
         "backoff_base_s": 0.2,

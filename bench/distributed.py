@@ -135,7 +135,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
 
     def delta(key: str, link: bool = True) -> list[float]:
         return [
-            (b["link"][key] - a["link"][key]) if link else (b[key] - a[key])
+            (b.link[key] - a.link[key]) if link else (getattr(b, key) - getattr(a, key))
             for a, b in zip(start, end, strict=True)
         ]
 
@@ -148,7 +148,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
         "remote_calls_per_page": sum(delta("remote_calls")) / max(1, sum(pages)),
         "mean_batch": sum(delta("batch_urls")) / max(1, sum(delta("batches"))),
         "cache_hit_rate": hits / max(1, hits + misses),
-        "hosts_moved": int(sum(s["link"]["hosts_adopted"] for s in end)),
+        "hosts_moved": int(sum(s.link["hosts_adopted"] for s in end)),
         "pages_per_cpu_s": [p / max(1e-9, c) for p, c in zip(pages, cpu, strict=True)],
         # Every process of the crawl counted: the nodes, Ray's daemons and other actors, the
         # driver. The figure a user's machine pays per page.

@@ -34,9 +34,11 @@ from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
-from crawler.frontier import Frontier, Server, UrlTask
+from crawler.frontier import Frontier
 from crawler.node import CrawlerNode
 from crawler.quality import PageRankQuality
+from crawler.server import ServerState
+from crawler.urlqueue import UrlTask
 from websim import WebSim, WebSpec
 
 GIB = 1 << 30
@@ -97,7 +99,7 @@ def scale(target_urls: int, seed: int = 1) -> dict[str, Any]:
     seen: set[str] = set()
     servers = [f"www.server{s:05d}.example.com" for s in range(SERVERS)]
     for host in servers:
-        frontier.add_server(Server(host, _Always(), requests_per_connection=50))
+        frontier.add_server(ServerState(host, _Always(), requests_per_connection=50))
     opened = [0] * SERVERS  # requests on each server's current connection
     cpu = 0.0
     pages = 0
@@ -186,9 +188,9 @@ def peak(seconds: float) -> dict[str, Any]:
         node = CrawlerNode("node-0", "peak", out, config, hosts, hosts, True, None)
         Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None).seed([sim.hub_url])
         time.sleep(min(3.0, seconds / 3))  # past the hub and the first robots.txt round
-        pages0, cpu0, wall0 = node.status()["pages"], time.process_time(), time.monotonic()
+        pages0, cpu0, wall0 = node.status().pages, time.process_time(), time.monotonic()
         time.sleep(seconds)
-        pages1, cpu1, wall1 = node.status()["pages"], time.process_time(), time.monotonic()
+        pages1, cpu1, wall1 = node.status().pages, time.process_time(), time.monotonic()
         node.close()
     pages = pages1 - pages0
     return {

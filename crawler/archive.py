@@ -6,14 +6,15 @@ from datetime import datetime
 
 from crawler.fetcher import FetchResult
 from crawler.recrawl import KnownUrl
+from storage.outcomes import ErrorClass
 from storage.warc import Exchange
 
 # Error classes of an answer whose body the crawler cut off, as WARC-Truncated reasons.
 _TRUNCATED = {
-    "body_too_large": "length",
-    "decoded_too_large": "length",
-    "fetch_timeout": "time",
-    "read_timeout": "time",
+    ErrorClass.BODY_TOO_LARGE: "length",
+    ErrorClass.DECODED_TOO_LARGE: "length",
+    ErrorClass.FETCH_TIMEOUT: "time",
+    ErrorClass.READ_TIMEOUT: "time",
 }
 
 
@@ -24,8 +25,7 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
         return None
     truncated = None
     if result.error is not None:
-        kind = result.error.split(":", 1)[0]
-        truncated = _TRUNCATED.get(kind, "unspecified" if result.cut_short else None)
+        truncated = _TRUNCATED.get(result.error.kind, "unspecified" if result.cut_short else None)
     not_modified = result.status == 304 and earlier is not None
     return Exchange(
         url=result.url,

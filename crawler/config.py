@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from crawler.ratecontrol import RateControlConfig
+from crawler.politeness import RetrySettings
+from crawler.ratecontrol import RateControlSettings
 from crawler.scheduling import Policy
 from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
@@ -136,15 +137,12 @@ class CrawlConfig(BaseModel):
     resume_quiet_s: float = Field(
         5.0, ge=0, description="a resumed crawl waits until its directory is this long unchanged"
     )
-    rate_control: dict[str, Any] = Field(
-        default_factory=dict, description="RateControlConfig keys: mode, target_ppm, retries..."
+    rate_control: RateControlSettings = Field(
+        default_factory=RateControlSettings, description="the rate controller of each server"
     )
-
-    @field_validator("rate_control")
-    @classmethod
-    def _valid_rate_control(cls, value: dict[str, Any]) -> dict[str, Any]:
-        RateControlConfig.from_dict(value)  # raises ValueError naming the bad key
-        return value
+    retry: RetrySettings = Field(
+        default_factory=RetrySettings, description="retries of a URL and pauses of a server"
+    )
 
     @field_validator("strip_params")
     @classmethod
@@ -164,13 +162,11 @@ class CrawlConfig(BaseModel):
                 raise ValueError(f"no such file: {value}")
         return value
 
-    def rate_control_config(self) -> RateControlConfig:
-        return RateControlConfig.from_dict(self.rate_control)
 
-
-def _one_line(error: ValidationError) -> str:
+def one_line(error: ValidationError, whole: str = "config") -> str:
+    """The first problem of a validation error as `where: what` (`whole`: the model's own)."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "config"
+    where = ".".join(str(part) for part in first["loc"]) or whole
     message = first["msg"].removeprefix("Value error, ").removeprefix(f"{where}: ")
     return f"{where}: {message}"
 
@@ -179,13 +175,12 @@ def config_from_dict(data: dict[str, Any]) -> CrawlConfig:
     try:
         return CrawlConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config: {_one_line(exc)}") from None
+        raise ConfigError(f"invalid config: {one_line(exc)}") from None
 
 
-def load_config(path: str | Path | None) -> CrawlConfig:
-    """Read a TOML (`.toml`) or JSON file into a CrawlConfig; None gives the defaults."""
-    if path is None:
-        return CrawlConfig()
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a TOML (`.toml`) or JSON file, as written (validated with the request
+    they become part of)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -198,17 +193,18 @@ def load_config(path: str | Path | None) -> CrawlConfig:
         raise ConfigError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
-    return config_from_dict(data)
+    return data
 
 
-def with_overrides(
-    config: CrawlConfig, settings: dict[str, Any], rate_control: dict[str, Any]
-) -> CrawlConfig:
-    """The config with command-line choices laid over the file's; None values are unset."""
-    settings = {key: value for key, value in settings.items() if value is not None}
-    rate_control = {key: value for key, value in rate_control.items() if value is not None}
-    if not settings and not rate_control:
-        return config
-    merged = {**config.model_dump(), **settings}
-    merged["rate_control"] = {**config.rate_control, **rate_control}
-    return config_from_dict(merged)
+def with_overrides(settings: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with `overrides` laid over them, table by table; None values are unset. A
+    table the file holds as something else stays so, for validation to name it."""
+    merged = dict(settings)
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            table = merged.get(key, {})
+            if isinstance(table, dict):
+                merged[key] = with_overrides(table, value)
+        elif value is not None:
+            merged[key] = value
+    return merged

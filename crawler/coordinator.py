@@ -16,11 +16,12 @@ import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawler.exchange import HostState
+from crawler.node.status import NodeStatus
 from crawler.recovery import Recovered
+from crawler.server import ServerState
 from crawler.urls import host_key
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class NodeHandle(Protocol):
 
     def add_urls(self, items: list[tuple[str, int]]) -> int: ...
     def take_outbox(self) -> list[tuple[str, int]]: ...
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> NodeStatus: ...
     def grant(self, pages: int) -> None: ...
     def reclaim(self) -> int: ...
     def restore(
@@ -62,7 +63,7 @@ class ExchangeView(Protocol):
 
     def snapshot(self) -> dict[str, Any]: ...
     def orphan(self, node_id: str) -> list[str]: ...
-    def put_hosts(self, states: list[HostState]) -> None: ...
+    def put_hosts(self, states: list[ServerState]) -> None: ...
     def push(self, node_id: str, urls: list[tuple[str, int]]) -> int: ...
 
 
@@ -99,7 +100,7 @@ class NodeUsage:
     started_s: float
     ended_s: float | None = None
     lost: bool = False
-    last_status: dict[str, Any] = field(default_factory=dict)
+    last_status: NodeStatus | None = None
 
 
 class Coordinator:
@@ -202,7 +203,7 @@ class Coordinator:
                 on_progress(progress)
                 last_report = time.monotonic()
             self._consider_surcharge(progress, snapshot)
-            activity = sum(s["activity"] for s in statuses) + (snapshot["ops"] if snapshot else 0)
+            activity = sum(s.activity for s in statuses) + (snapshot["ops"] if snapshot else 0)
             quiet = not moved and not self._lost and self._quiet(statuses, snapshot)
             over = max_s is not None and progress.elapsed_s >= max_s
             if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
@@ -219,7 +220,7 @@ class Coordinator:
             previous_activity = activity
             time.sleep(poll_s)
 
-    def _statuses(self) -> list[dict[str, Any]]:
+    def _statuses(self) -> list[NodeStatus]:
         statuses = []
         for node_id, node in list(self.nodes.items()):
             try:
@@ -227,34 +228,36 @@ class Coordinator:
             except NodeLost:
                 self._lost.append(node_id)
                 continue
-            if status.get("failure"):
-                raise CrawlFailed(f"crawler node {node_id} failed: {status['failure']}")
+            if status.failure:
+                raise CrawlFailed(f"crawler node {node_id} failed: {status.failure}")
             self.usage[node_id].last_status = status
             statuses.append(status)
         return statuses
 
-    def _quiet(self, statuses: list[dict[str, Any]], snapshot: dict[str, Any] | None) -> bool:
+    def _quiet(self, statuses: list[NodeStatus], snapshot: dict[str, Any] | None) -> bool:
         if snapshot is not None and (snapshot["inbox_urls"] or snapshot["pool_urls"]):
             return False
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
-            if status["active"] or status["outbox"]:
+            if status.active or status.outbox:
                 return False
-            can_progress = status["budget"] > 0 or budget_left
-            if status["queued"] and can_progress:
+            can_progress = status.budget > 0 or budget_left
+            if status.queued and can_progress:
                 return False
         return True
 
-    def _progress(self, statuses: list[dict[str, Any]]) -> Progress:
+    def _progress(self, statuses: list[NodeStatus]) -> Progress:
         # Nodes that are gone still count with what they did.
-        counted = statuses + [u.last_status for u in self.usage.values() if u.lost]
+        counted = statuses + [
+            u.last_status for u in self.usage.values() if u.lost and u.last_status is not None
+        ]
         return Progress(
             elapsed_s=time.monotonic() - self.started,
-            pages=sum(s.get("pages", 0) for s in counted),
-            fetches=sum(s.get("fetches", 0) for s in counted),
-            urls_done=sum(s.get("urls_done", 0) for s in counted),
-            queued=sum(s["queued"] for s in statuses),
-            active=sum(s["active"] for s in statuses),
+            pages=sum(s.pages for s in counted),
+            fetches=sum(s.fetches for s in counted),
+            urls_done=sum(s.urls_done for s in counted),
+            queued=sum(s.queued for s in statuses),
+            active=sum(s.active for s in statuses),
         )
 
     def _finish(self) -> None:
@@ -281,27 +284,27 @@ class Coordinator:
             self.granted[node_id] += pages
             self._call(node_id, "grant", pages)
 
-    def _rebalance_budget(self, statuses: list[dict[str, Any]]) -> None:
+    def _rebalance_budget(self, statuses: list[NodeStatus]) -> None:
         # Budget parked on nodes with nothing to do returns to the pool for nodes with work.
         for status in statuses:
-            node_id = status["node_id"]
-            if status["queued"] == 0 and status["active"] == 0 and status["budget"] > 0:
+            node_id = status.node_id
+            if status.queued == 0 and status.active == 0 and status.budget > 0:
                 unused = self._call(node_id, "reclaim") or 0
                 self.unassigned_budget += unused
                 self.granted[node_id] -= unused
-        hungry = [s for s in statuses if s["queued"] > 0 and s["budget"] <= 0]
+        hungry = [s for s in statuses if s.queued > 0 and s.budget <= 0]
         for status in hungry:
             share = max(1, self.unassigned_budget // len(hungry))
-            self._grant(status["node_id"], share)
+            self._grant(status.node_id, share)
 
     # ---- routing for nodes without a link ------------------------------------------------------
 
-    def _exchange_outboxes(self, statuses: list[dict[str, Any]]) -> int:
+    def _exchange_outboxes(self, statuses: list[NodeStatus]) -> int:
         moved = 0
         for status in statuses:
-            if "link" in status or not status["outbox"]:
+            if status.link is not None or not status.outbox:
                 continue  # linked nodes send their URLs themselves
-            outbox = self._call(status["node_id"], "take_outbox")
+            outbox = self._call(status.node_id, "take_outbox")
             if outbox:
                 moved += len(outbox)
                 self._route(outbox)
@@ -394,8 +397,8 @@ class Coordinator:
                 "started_s": round(u.started_s, 3),
                 "ended_s": round(u.ended_s if u.ended_s is not None else now, 3),
                 "lost": u.lost,
-                "pages": u.last_status.get("pages", 0),
-                "fetches": u.last_status.get("fetches", 0),
+                "pages": u.last_status.pages if u.last_status else 0,
+                "fetches": u.last_status.fetches if u.last_status else 0,
             }
             for u in self.usage.values()
         ]

@@ -1,4 +1,4 @@
-"""Peer-to-peer task exchange between crawler nodes (SPEC §4), double buffered.
+"""Peer-to-peer task exchange between crawler nodes (SPEC §4): the shared state.
 
 Nodes are peers: each fetches the servers it owns and parses what it fetched; URLs it finds
 for servers another node owns go, through the shared state, to that owner. The shared state is
@@ -8,24 +8,11 @@ queue of servers between owners and every node's last heartbeat, and the Bloom f
 batch of URLs costs a node one round trip (as a script on the store would), not two. The flow
 puts each in a Ray actor; tests use them in-process.
 
-The unit of work that moves between nodes is a whole server with its queue, never single URLs
-of a server: politeness allows one connection per server, and only the owner opens it. A
-server moves only while no connection to it is open (one with a connection leaves once its
-current request is done), and it takes along what its next owner needs so that nothing is
-lost or fetched twice and politeness holds: its queued URLs, the exact set of its URLs seen so
-far, its robots.txt rules and its rate controller (what the server's limits taught it, and
-when its next request is allowed), what it used of the page budget and trap limits of
-crawler.limits, and the redirect hops of its queued redirect targets.
-
-Double buffering (`exchange_batch` > 1): worker threads only append the foreign URLs they
-find (those the dedup cache does not know) to a buffer; the node's exchange thread sends a
-batch whenever `exchange_batch` are buffered, while the workers fill the next buffer, and the
-rest rides the heartbeat. The heartbeat also carries the node's queue length and smoothed
-throughput; its reply brings every URL waiting for the node's servers, and servers to adopt. So
-a node makes one call per heartbeat plus one per batch of URLs it had not seen. With
-`exchange_batch` = 1 (unbatched, the SPEC's baseline) every URL and every server is its own
-remote call, made by the thread that has it: a worker sends each URL it found before it goes
-on, and URLs for the node come one per call.
+The unit of work that moves between nodes is a whole server (`crawler.server.ServerState`),
+never single URLs of a server: politeness allows one connection per server, and only the owner
+opens it. A server moves only while no connection to it is open (one with a connection leaves
+once its current request is done). How a node reaches the exchange (batches, heartbeats) is
+`crawler.peerlink`.
 
 Load balancing is the water level of connected vessels: a node's fair share of the queued URLs
 is proportional to its throughput; a node above its share by more than the tolerance hands
@@ -37,52 +24,22 @@ queue by the coordinator (`crawler.recovery`).
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from crawler.config import CrawlConfig
-from crawler.dedup import SeenCache, split_by_shard
-from crawler.limits import ServerCounts
+from crawler.dedup import split_by_shard
+from crawler.server import Item, ServerState
 from crawler.urls import host_key
 
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Item = tuple[str, int]  # canonical URL, depth
 # Inbox pulls the exchange thread makes in one heartbeat at most (the rest waits a beat).
 MAX_PULLS_PER_BEAT = 50
 # A surplus smaller than this is not worth moving servers (two remote calls and a pause).
 MIN_SURPLUS_URLS = 10
 
 
-@dataclass
-class HostState:
-    """A server on its way between nodes."""
-
-    host: str
-    scheme: str = "http"
-    tasks: list[tuple[str, int, int, float]] = field(default_factory=list)  # url, depth, try, q
-    seen: list[str] = field(default_factory=list)  # every URL of it known: done or queued
-    robots: Any = None  # crawler.politeness.RobotsRules, None until fetched
-    # Its rate controller, with what it learned of the server's limits. Its times are this
-    # machine's monotonic clock: on a Ray cluster of several machines the next owner's first
-    # request may come early or late by the clocks' difference (`wait_s` is still right).
-    controller: Any = None
-    robots_failures: int = 0
-    refused: str | None = None
-    wait_s: float = 0.0  # politeness: no request to it before this long after the handover
-    inbox: list[Item] = field(default_factory=list)  # URLs sent to it while it was between owners
-    limits: ServerCounts = field(default_factory=ServerCounts)  # what it used of crawler.limits
-    redirects: dict[str, int] = field(default_factory=dict)  # queued URL -> redirects to it
-
-    @property
-    def urls(self) -> int:
-        return len(self.tasks) + len(self.inbox)
+class FilterHandle(Protocol):
+    def check_and_add(self, urls: list[str]) -> list[bool]: ...
 
 
 @dataclass
@@ -100,7 +57,7 @@ class Beat:
 @dataclass
 class Reply:
     urls: list[Item]  # for servers the node owns
-    hosts: list[HostState]  # servers the node takes from the shared queue
+    hosts: list[ServerState]  # servers the node takes from the shared queue
     offer_urls: int  # above its share: hand about this many URLs' worth of servers over
     more: bool  # the inbox holds more for this node than one reply carries
     new: int = 0  # how many of the URLs the heartbeat carried the filter had not seen
@@ -133,7 +90,7 @@ class Exchange:
         self.tolerance = tolerance
         self.levels: dict[str, _Level] = {node: _Level() for node in set(owner.values())}
         self.inbox: dict[str, list[Item]] = {}  # server -> URLs waiting for its owner
-        self.pool: dict[str, HostState] = {}  # the shared queue of servers, oldest first
+        self.pool: dict[str, ServerState] = {}  # the shared queue of servers, oldest first
         self.ops = 0  # changes to what is queued here, for the coordinator's end detection
         self.moved_hosts = 0
         self.gone: set[str] = set()  # nodes declared dead (a late heartbeat must not revive)
@@ -150,7 +107,7 @@ class Exchange:
         level = self.levels.setdefault(beat.node_id, _Level())  # a new node registers itself
         level.queued, level.throughput = beat.queued, beat.throughput
         urls, more = self._deliver(beat.node_id, beat.deliver)
-        hosts: list[HostState] = []
+        hosts: list[ServerState] = []
         offer = 0
         if self.balance:
             share = self._fair_share(beat.node_id)
@@ -172,7 +129,7 @@ class Exchange:
         urls, more = self._deliver(node_id, max_items)
         return Reply(urls=urls, hosts=[], offer_urls=0, more=more)
 
-    def offer(self, node_id: str, states: list[HostState]) -> None:
+    def offer(self, node_id: str, states: list[ServerState]) -> None:
         for state in states:
             if self.owner.get(state.host) != node_id:
                 raise ValueError(f"{node_id} offered {state.host}, which it does not own")
@@ -191,7 +148,7 @@ class Exchange:
         self.ops += 1
         return hosts
 
-    def put_hosts(self, states: list[HostState]) -> None:
+    def put_hosts(self, states: list[ServerState]) -> None:
         for state in states:
             self.owner[state.host] = None
             self.pool[state.host] = state
@@ -231,7 +188,7 @@ class Exchange:
             host = host_key(url)
             if host not in self.owner:  # a server nobody was given: it starts in the pool
                 self.owner[host] = None
-                self.pool[host] = HostState(host)
+                self.pool[host] = ServerState(host)
             self.inbox.setdefault(host, []).append((url, depth))
         self.ops += bool(items)
 
@@ -268,10 +225,10 @@ class Exchange:
         )
         return total * weights[node_id] / sum(weights.values())
 
-    def _take(self, node_id: str, want: float, max_items: int) -> list[HostState]:
+    def _take(self, node_id: str, want: float, max_items: int) -> list[ServerState]:
         """Servers from the head of the shared queue, about `want` URLs and at most
         `max_items` (but always one server), with what their inbox collected meanwhile."""
-        taken: list[HostState] = []
+        taken: list[ServerState] = []
         urls = 0
         for host in list(self.pool):
             state = self.pool[host]
@@ -285,322 +242,3 @@ class Exchange:
         self.moved_hosts += len(taken)
         self.ops += bool(taken)
         return taken
-
-
-# ---- the node's side ------------------------------------------------------------------------
-
-
-class ExchangeHandle(Protocol):
-    """The exchange as a node reaches it (in-process, or a Ray actor through an adapter)."""
-
-    def heartbeat(self, beat: Beat) -> Reply: ...
-    def push(self, node_id: str, urls: list[Item]) -> int: ...
-    def pull(self, node_id: str, max_items: int) -> Reply: ...
-    def offer(self, node_id: str, states: list[HostState]) -> None: ...
-
-
-class FilterHandle(Protocol):
-    def check_and_add(self, urls: list[str]) -> list[bool]: ...
-
-
-class LinkedNode(Protocol):
-    node_id: str
-
-    def status(self) -> dict[str, Any]: ...
-    def add_urls(self, items: list[Item]) -> int: ...
-    def adopt_hosts(self, states: list[HostState]) -> None: ...
-    def export_hosts(self, want_urls: int, max_urls: int) -> list[HostState]: ...
-
-
-@dataclass(frozen=True)
-class LinkSettings:
-    batch: int = 200  # items per remote call; 1 = unbatched, synchronous
-    heartbeat_s: float = 0.5
-    throughput_window: int = 8  # heartbeats in the throughput moving window
-    cache_size: int = 100_000  # LRU entries of the dedup cache; 0 = no cache
-    balance: bool = True
-    delay_s: float = 0.0  # injected before every remote call (benchmarks: a distant store)
-
-
-def link_settings(config: CrawlConfig) -> LinkSettings:
-    return LinkSettings(
-        batch=config.exchange_batch,
-        heartbeat_s=config.heartbeat_s,
-        throughput_window=config.throughput_window,
-        cache_size=config.dedup_cache_size,
-        balance=config.balance,
-        delay_s=config.shared_state_delay_s,
-    )
-
-
-class PeerLink:
-    """A node's connection to the shared state: dedup cache, send buffers, heartbeats,
-    balancing. Its counters are the node's distribution metrics."""
-
-    def __init__(self, settings: LinkSettings, exchange: ExchangeHandle) -> None:
-        self.settings = settings
-        self._exchange = exchange
-        self._cache = SeenCache(settings.cache_size)
-        self._node: LinkedNode | None = None
-        self._lock = threading.Condition()
-        self._buffer: list[Item] = []  # foreign URLs found, not yet sent
-        self._forwarded: list[Item] = []  # URLs through the filter already, to send back
-        self._in_flight = 0  # URLs taken from the buffers, and replies, not yet settled
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        self._window: deque[tuple[float, int]] = deque(maxlen=max(2, settings.throughput_window))
-        self.throughput = 0.0
-        self.counters = {
-            "remote_calls": 0,
-            "remote_wait_s": 0.0,
-            "batches": 0,
-            "batch_urls": 0,
-            "urls_new": 0,
-            "urls_received": 0,
-            "hosts_offered": 0,
-            "hosts_adopted": 0,
-            "heartbeats": 0,
-        }
-
-    # ---- called by the node ----------------------------------------------------------------
-
-    def start(self, node: LinkedNode) -> None:
-        self._node = node
-        self._thread = threading.Thread(
-            target=self._run, name=f"{node.node_id}-exchange", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopping = True
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-
-    def admit(self, url: str) -> bool:
-        """Under the node's lock, for a foreign URL: False if the cache knows it was sent."""
-        return self._cache.admit(url)
-
-    def send(self, items: list[Item]) -> None:
-        """Foreign URLs found by a worker, once their `discovered` rows are recorded."""
-        if self.settings.batch == 1:
-            for item in items:
-                self._send_now(item)
-            return
-        with self._lock:
-            self._buffer += items
-            if len(self._buffer) >= self.settings.batch:
-                self._lock.notify_all()
-
-    def forward(self, items: list[Item]) -> None:
-        """URLs that reached this node after their server had left it: back to the exchange,
-        which knows the owner (with the next heartbeat)."""
-        with self._lock:
-            self._forwarded += items
-
-    def unsent(self) -> int:
-        """Work this node holds for others or has in transit (0 means none)."""
-        with self._lock:
-            return len(self._buffer) + len(self._forwarded) + self._in_flight
-
-    def stats(self) -> dict[str, float]:
-        with self._lock:
-            buffered = len(self._buffer)
-        return {
-            **self.counters,
-            "cache_hits": self._cache.hits,
-            "cache_misses": self._cache.misses,
-            "buffered_urls": buffered,
-            "throughput": self.throughput,
-            "cpu_s": time.process_time(),
-        }
-
-    def metric_values(self, pages: int) -> dict[str, float]:
-        """The node's distribution metrics, for the `metrics` dataset (cumulative counts)."""
-        stats = self.stats()
-        lookups = stats["cache_hits"] + stats["cache_misses"]
-        return {
-            "remote_calls": stats["remote_calls"],
-            "remote_calls_per_page": stats["remote_calls"] / max(1, pages),
-            "mean_batch_urls": stats["batch_urls"] / max(1, stats["batches"]),
-            "dedup_cache_hit_rate": stats["cache_hits"] / max(1, lookups),
-            "exchange_buffered_urls": stats["buffered_urls"],
-            "throughput_urls_per_s": stats["throughput"],
-            "urls_sent": stats["urls_new"],
-            "urls_received": stats["urls_received"],
-            "hosts_offered": stats["hosts_offered"],
-            "hosts_adopted": stats["hosts_adopted"],
-        }
-
-    # ---- remote calls ----------------------------------------------------------------------
-
-    def _remote(self, fn: Callable[..., T], *args: Any) -> T:
-        """Every call to shared state goes through here: counted, and delayed when asked."""
-        started = time.monotonic()
-        if self.settings.delay_s:
-            time.sleep(self.settings.delay_s)
-        result = fn(*args)
-        with self._lock:
-            self.counters["remote_calls"] += 1
-            self.counters["remote_wait_s"] += time.monotonic() - started
-        return result
-
-    def _settle(self, count: int) -> None:
-        with self._lock:
-            self._in_flight -= count
-
-    def _push(self, items: list[Item]) -> None:
-        """One batch to the exchange (which checks it with the filter): one remote call."""
-        new = self._remote(self._exchange.push, self._node_id, items)
-        with self._lock:
-            self.counters["batches"] += 1
-            self.counters["batch_urls"] += len(items)
-            self.counters["urls_new"] += new
-
-    def _send_now(self, item: Item) -> None:
-        """Unbatched: one URL, one call, in the calling worker's thread. If the shared state
-        fails the call, the URL waits in the buffer for the exchange thread."""
-        with self._lock:
-            self._in_flight += 1
-        try:
-            self._push([item])
-        except Exception:
-            logger.exception("sending %s failed", item[0])
-            with self._lock:
-                self._buffer.append(item)
-        finally:
-            self._settle(1)
-
-    @property
-    def _node_id(self) -> str:
-        assert self._node is not None, "the link is not started"
-        return self._node.node_id
-
-    # ---- the exchange thread ---------------------------------------------------------------
-
-    def _run(self) -> None:
-        next_beat = time.monotonic()
-        while True:
-            with self._lock:
-                while (
-                    not self._stopping
-                    and len(self._buffer) < self.settings.batch
-                    and time.monotonic() < next_beat
-                ):
-                    self._lock.wait(timeout=max(0.0, next_beat - time.monotonic()))
-                if self._stopping:
-                    return
-                beat_due = time.monotonic() >= next_beat
-            try:
-                self._send_batches()
-                if beat_due:
-                    self._beat()
-            except Exception:
-                # A failed call loses nothing (the buffers are restored); try again next beat.
-                logger.exception("exchange call failed")
-            if beat_due:
-                next_beat = time.monotonic() + self.settings.heartbeat_s
-
-    def _take(self, count: int) -> list[Item]:
-        """Up to `count` buffered URLs, counted in flight; the workers go on filling the
-        buffer. Under the link lock."""
-        items = self._buffer[:count]
-        del self._buffer[: len(items)]
-        self._in_flight += len(items)
-        return items
-
-    def _send_batches(self) -> None:
-        """Every full batch buffered, one call each; on a failed call the batch goes back."""
-        while True:
-            with self._lock:
-                if len(self._buffer) < self.settings.batch:
-                    return
-                batch = self._take(self.settings.batch)
-            try:
-                self._push(batch)
-            except Exception:
-                with self._lock:
-                    self._buffer[:0] = batch
-                raise
-            finally:
-                self._settle(len(batch))
-
-    def _beat(self) -> None:
-        """One heartbeat: the node's level out, with the URLs left in the buffer; URLs for its
-        servers and servers to adopt back; then servers out, if it should hand some over."""
-        node = self._node
-        assert node is not None
-        status = node.status()
-        now = time.monotonic()
-        self._window.append((now, status["urls_done"]))
-        (t0, done0), (t1, done1) = self._window[0], self._window[-1]
-        self.throughput = (done1 - done0) / (t1 - t0) if t1 > t0 else 0.0
-        batched = self.settings.batch > 1
-        with self._lock:
-            carry = self._take(self.settings.batch)
-            forwarded, self._forwarded = self._forwarded, []
-            # The reply too is in flight until it is applied (see `unsent`).
-            self._in_flight += len(forwarded) + 1
-            self.counters["heartbeats"] += 1
-        beat = Beat(
-            node_id=node.node_id,
-            queued=status["queued"],
-            throughput=self.throughput,
-            urls=carry,
-            batch=self.settings.batch,
-            deliver=None if batched else 1,
-            forwarded=forwarded,
-        )
-        try:
-            try:
-                reply = self._remote(self._exchange.heartbeat, beat)
-            except Exception:
-                with self._lock:
-                    self._buffer[:0] = carry
-                    self._forwarded[:0] = forwarded
-                raise
-            finally:
-                self._settle(len(carry) + len(forwarded))
-            if carry:
-                with self._lock:
-                    self.counters["batches"] += 1
-                    self.counters["batch_urls"] += len(carry)
-                    self.counters["urls_new"] += reply.new
-            self._apply(node, reply)
-            surplus, pulls = reply.offer_urls, 0
-            while reply.more and pulls < MAX_PULLS_PER_BEAT:
-                reply = self._remote(self._exchange.pull, node.node_id, self.settings.batch)
-                self._apply(node, reply)
-                pulls += 1
-            if self.settings.balance:
-                self._offer(node, surplus)
-        finally:
-            self._settle(1)
-
-    def _apply(self, node: LinkedNode, reply: Reply) -> None:
-        if reply.urls:
-            node.add_urls(reply.urls)
-        if reply.hosts:
-            node.adopt_hosts(reply.hosts)
-        with self._lock:
-            self.counters["urls_received"] += len(reply.urls)
-            self.counters["hosts_adopted"] += len(reply.hosts)
-
-    def _offer(self, node: LinkedNode, want_urls: int) -> None:
-        """Hand surplus servers (and those the node let go since the last beat) to the shared
-        queue: one batch, or one server per call when unbatched. A server taken from the node
-        is in nobody's frontier until the exchange has it, so the call must not fail silently:
-        on failure the node takes it back."""
-        states = node.export_hosts(want_urls, self.settings.batch)
-        groups = [states] if self.settings.batch > 1 else [[state] for state in states]
-        for index, group in enumerate(groups):
-            if not group:
-                continue
-            try:
-                self._remote(self._exchange.offer, node.node_id, group)
-            except Exception:
-                node.adopt_hosts([s for g in groups[index:] for s in g])
-                raise
-            with self._lock:
-                self.counters["hosts_offered"] += len(group)

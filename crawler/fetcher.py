@@ -30,6 +30,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ReadTimeoutError
 
 from crawler.config import CrawlConfig
+from storage.outcomes import ErrorClass, FetchError
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _CHUNK = 64 * 1024
@@ -45,7 +46,14 @@ _HTML_START = re.compile(
     re.IGNORECASE,
 )
 # Error classes that end a body early for reasons of the transport, not of a size limit.
-_CUT_SHORT = frozenset({"read_timeout", "connection_error", "fetch_timeout", "decoding_error"})
+_CUT_SHORT = frozenset(
+    {
+        ErrorClass.READ_TIMEOUT,
+        ErrorClass.CONNECTION_ERROR,
+        ErrorClass.FETCH_TIMEOUT,
+        ErrorClass.DECODING_ERROR,
+    }
+)
 _UNICODE_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
@@ -53,7 +61,7 @@ _UNICODE_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 class FetchResult:
     url: str
     status: int | None = None
-    error: str | None = None  # "class: detail" when no usable response arrived
+    error: FetchError | None = None  # when no usable response arrived
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     rtt_s: float | None = None
@@ -110,8 +118,7 @@ class FetchResult:
     def cut_short(self) -> bool:
         """An answer that started but whose body broke off (network, timeout, bad encoding):
         what arrived is not what the server meant to send."""
-        kind = self.error.split(":", 1)[0] if self.error else None
-        return self.status is not None and kind in _CUT_SHORT
+        return self.status is not None and self.error is not None and self.error.kind in _CUT_SHORT
 
     @property
     def digest(self) -> str | None:
@@ -130,22 +137,23 @@ def looks_binary(body: bytes) -> bool:
     return _BINARY_BYTES.search(head) is not None
 
 
-def classify(exc: requests.RequestException) -> str:
-    """Error class for the `error` column: a short stable name, then the detail."""
+def classify(exc: requests.RequestException) -> FetchError:
+    """The error of a failed request: its class, and the exception's message as detail."""
     cause = exc.args[0] if exc.args else None
     if isinstance(exc, requests.ConnectTimeout):
-        kind = "connect_timeout"
+        kind = ErrorClass.CONNECT_TIMEOUT
     elif isinstance(exc, requests.ReadTimeout) or isinstance(cause, ReadTimeoutError):
-        kind = "read_timeout"  # requests reports a timeout while streaming as ConnectionError
+        # requests reports a timeout while streaming as ConnectionError
+        kind = ErrorClass.READ_TIMEOUT
     elif isinstance(exc, requests.exceptions.ContentDecodingError):
-        kind = "decoding_error"
+        kind = ErrorClass.DECODING_ERROR
     elif isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
-        kind = "connection_error"  # ChunkedEncodingError: the connection broke mid-body
+        kind = ErrorClass.CONNECTION_ERROR  # ChunkedEncodingError: the connection broke mid-body
     elif isinstance(exc, requests.TooManyRedirects | requests.exceptions.InvalidURL):
-        kind = "invalid_url"
+        kind = ErrorClass.INVALID_URL
     else:
-        kind = "http_error"
-    return f"{kind}: {str(exc)[:200]}"
+        kind = ErrorClass.HTTP_ERROR
+    return FetchError(kind, str(exc)[:200])
 
 
 class _Watchdog:
@@ -311,7 +319,10 @@ class ServerSession:
             if response is not None:
                 response.close()
         if cut:
-            result.error = f"fetch_timeout: no complete answer within {config.fetch_timeout_s:g} s"
+            result.error = FetchError(
+                ErrorClass.FETCH_TIMEOUT,
+                f"no complete answer within {config.fetch_timeout_s:g} s",
+            )
         elif (
             result.error is None
             and result.status is not None
@@ -319,7 +330,9 @@ class ServerSession:
             and result.mime_type in HTML_TYPES
             and looks_binary(result.body)
         ):
-            result.error = f"not_html: binary data labelled {result.mime_type}"
+            result.error = FetchError(
+                ErrorClass.NOT_HTML, f"binary data labelled {result.mime_type}"
+            )
         return result
 
     def _read_body(self, response: requests.Response, result: FetchResult) -> None:
@@ -328,20 +341,24 @@ class ServerSession:
         max_wire, max_decoded = self._config.max_body_bytes, self._config.max_decoded_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_wire:
-            result.error = f"body_too_large: Content-Length {declared}, the limit is {max_wire}"
+            result.error = FetchError(
+                ErrorClass.BODY_TOO_LARGE, f"Content-Length {declared}, the limit is {max_wire}"
+            )
             return
         body = bytearray()
         try:
             for chunk in response.iter_content(chunk_size=_CHUNK):
                 body += chunk
                 if response.raw.tell() > max_wire:
-                    result.error = f"body_too_large: more than {max_wire} bytes"
+                    result.error = FetchError(
+                        ErrorClass.BODY_TOO_LARGE, f"more than {max_wire} bytes"
+                    )
                     return
                 if len(body) > max_decoded:
                     encoding = response.headers.get("content-encoding", "identity")
-                    result.error = (
-                        f"decoded_too_large: more than {max_decoded} bytes once {encoding} "
-                        "is decoded"
+                    result.error = FetchError(
+                        ErrorClass.DECODED_TOO_LARGE,
+                        f"more than {max_decoded} bytes once {encoding} is decoded",
                     )
                     return
         finally:

@@ -27,22 +27,7 @@ from urllib.parse import urlsplit
 
 from crawler.config import CrawlConfig
 from crawler.traps import path_pattern, url_family
-
-# Error classes of URLs refused before any request; like robots.txt refusals, they do not
-# spend the --max-pages budget.
-REFUSAL_CLASSES = ("url_too_long", "trap", "host_budget", "skipped")
-# The detail of a `skipped` row: the crawl reached its deadline before fetching the URL (a
-# resumed crawl fetches it), or its URL family kept failing (final).
-DEADLINE = "skipped: deadline"
-FAMILY_ERRORS = "skipped: pattern_errors"
-# Error classes of fetches rows whose URL never passed `UrlLimits.admit`: refused by robots.txt
-# or a limit, or failed with their whole server (its address refused, robots.txt unavailable).
-NOT_ADMITTED_CLASSES = (
-    "robots_disallowed",
-    *REFUSAL_CLASSES,
-    "address_refused",
-    "robots_unavailable",
-)
+from storage.outcomes import ErrorClass, FetchError
 
 
 @dataclass
@@ -93,35 +78,43 @@ class UrlLimits:
         self._servers: dict[str, ServerCounts] = {}
         self._lock = threading.Lock()
 
-    def admit(self, url: str, host_depth: int = 0) -> str | None:
-        """None if the URL may be fetched (it is then counted), else why not, "class: detail"
-        (`url_too_long`, `trap`, `host_budget`). `host_depth`: links from where the crawl
+    def admit(self, url: str, host_depth: int = 0) -> FetchError | None:
+        """None if the URL may be fetched (it is then counted), else why not (`url_too_long`,
+        `trap`, `host_budget`). `host_depth`: links from where the crawl
         entered the URL's server."""
         config = self._config
         if len(url) > config.max_url_length:
-            return f"url_too_long: {len(url)} characters, the limit is {config.max_url_length}"
+            return FetchError(
+                ErrorClass.URL_TOO_LONG,
+                f"{len(url)} characters, the limit is {config.max_url_length}",
+            )
         parts = urlsplit(url)
         segments = Counter(segment for segment in parts.path.split("/") if segment)
         if segments:
             segment, count = segments.most_common(1)[0]
             if count > config.trap_max_segment_repeats:
-                return f"trap: path segment {segment[:50]!r} occurs {count} times"
+                return FetchError(
+                    ErrorClass.TRAP, f"path segment {segment[:50]!r} occurs {count} times"
+                )
         if host_depth > config.max_depth_per_host:
-            return (
-                f"trap: {host_depth} links into the server, the limit is "
-                f"{config.max_depth_per_host}"
+            return FetchError(
+                ErrorClass.TRAP,
+                f"{host_depth} links into the server, the limit is {config.max_depth_per_host}",
             )
         host = parts.netloc
         pattern = path_pattern(parts.path, parts.query)
         with self._lock:
             counts = self._servers.setdefault(host, ServerCounts())
             if counts.pages >= config.max_pages_per_host:
-                return f"host_budget: {config.max_pages_per_host} URLs fetched from {host}"
+                return FetchError(
+                    ErrorClass.HOST_BUDGET, f"{config.max_pages_per_host} URLs fetched from {host}"
+                )
             budget = config.trap_max_urls_per_pattern + counts.credits[pattern]
             if counts.patterns[pattern] >= budget:
-                return (
-                    f"trap: {budget} URLs like {pattern[:100]} fetched already, their pages "
-                    f"of {len(counts.shapes.get(pattern, ()))} shapes"
+                return FetchError(
+                    ErrorClass.TRAP,
+                    f"{budget} URLs like {pattern[:100]} fetched already, their pages "
+                    f"of {len(counts.shapes.get(pattern, ()))} shapes",
                 )
             counts.pages += 1
             counts.patterns[pattern] += 1
@@ -186,12 +179,18 @@ class UrlLimits:
             counts = self._servers.get(url.split("/", 3)[2])
             return counts is not None and bool(counts.closed) and url_family(url) in counts.closed
 
+    def attach(self, host: str, counts: ServerCounts) -> None:
+        """Count a server this node now owns in `counts`, the ones that travel with it."""
+        with self._lock:
+            counts.add(self._servers.pop(host, ServerCounts()))
+            self._servers[host] = counts
+
     def take(self, host: str) -> ServerCounts:
         """A server's counts, which leave with it."""
         with self._lock:
             return self._servers.pop(host, None) or ServerCounts()
 
     def restore(self, host: str, counts: ServerCounts) -> None:
-        """Counts a server brings along, or that a resumed crawl rebuilt."""
+        """Counts that a resumed crawl rebuilt."""
         with self._lock:
             self._servers.setdefault(host, ServerCounts()).add(counts)

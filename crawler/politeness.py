@@ -1,4 +1,5 @@
-"""Politeness primitives: Retry-After parsing, backoff, per-URL retry decisions, robots.txt rules.
+"""Politeness primitives: Retry-After parsing, backoff, per-URL retry decisions, robots.txt rules,
+and the `[retry]` settings section.
 
 Everything here is pure: time comes in as arguments, randomness from a `random.Random` the
 caller seeds, so the node loop stays reproducible and the unit tests need no clock or network.
@@ -13,15 +14,13 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from protego import Protego
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# Statuses that say "not now" rather than "never": rate limiting (429), overload (503), and the
-# transient server/gateway failures. 501 and 505 are permanent, so they are not retried.
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Which results are worth another try is the commit/resume rule's, defined once in storage.
+from storage.outcomes import FetchError, is_retryable
+
 # Host-level "slow down" signals: the server is refusing work because of our rate.
 BAN_STATUSES = frozenset({429, 503})
-# Error classes (the part of `FetchResult.error` before ":") worth another try: the request may
-# well succeed later. Invalid URLs, redirect loops and oversized bodies will fail the same way.
-RETRY_ERRORS = frozenset({"connect_timeout", "read_timeout", "connection_error"})
 
 # delay-seconds is a non-negative integer (RFC 9110); a fraction is tolerated, nothing else
 # (no sign, exponent, "nan" or digit separators).
@@ -81,14 +80,28 @@ class Backoff:
         return ceiling if self._rng is None else self._rng.uniform(0.0, ceiling)
 
 
-def is_retryable(status: int | None, error: str | None) -> bool:
-    """Whether a failed fetch may succeed if tried again later."""
-    if status is not None and status in RETRY_STATUSES:
-        return True
-    if error is None:
-        # No status and no error class only happens for a transport failure without details.
-        return status is None
-    return error.split(":", 1)[0].strip() in RETRY_ERRORS
+class RetrySettings(BaseModel):
+    """The `[retry]` section: the retry budget of a URL, and how long a server is left alone
+    after "not now" (the per-URL retries here and the host pauses of every rate controller)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    max_retries: int = Field(
+        3, ge=0, description="retries of one URL before it is recorded as failed"
+    )
+    retry_after_max_s: float = Field(
+        120.0, gt=0, description="longest Retry-After honoured; longer ones are clamped"
+    )
+    backoff_base_s: float = Field(
+        1.0, gt=0, description="first wait of the exponential backoff without Retry-After"
+    )
+    backoff_cap_s: float = Field(60.0, gt=0, description="longest wait of that backoff")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetrySettings:
+        if self.backoff_base_s > self.backoff_cap_s:
+            raise ValueError("need backoff_base_s <= backoff_cap_s")
+        return self
 
 
 @dataclass(frozen=True)
@@ -107,26 +120,19 @@ class RetryPolicy:
     backoff with full jitter.
     """
 
-    def __init__(
-        self,
-        max_retries: int = 3,
-        retry_after_max_s: float = 120.0,
-        backoff_base_s: float = 1.0,
-        backoff_cap_s: float = 60.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        if max_retries < 0 or retry_after_max_s <= 0:
-            raise ValueError("retry policy needs max_retries >= 0 and retry_after_max_s > 0")
-        self.max_retries = max_retries
-        self.retry_after_max_s = retry_after_max_s
+    def __init__(self, settings: RetrySettings, rng: random.Random | None = None) -> None:
+        self.max_retries = settings.max_retries
+        self.retry_after_max_s = settings.retry_after_max_s
         # The default RNG is seeded so two runs with the same inputs retry at the same times.
-        self._backoff = Backoff(backoff_base_s, backoff_cap_s, rng or random.Random(0))
+        self._backoff = Backoff(
+            settings.backoff_base_s, settings.backoff_cap_s, rng or random.Random(0)
+        )
 
     def decide(
         self,
         attempt: int,
         status: int | None,
-        error: str | None = None,
+        error: FetchError | str | None = None,
         retry_after_s: float | None = None,
     ) -> RetryDecision:
         if not is_retryable(status, error) or attempt > self.max_retries:
@@ -139,7 +145,7 @@ class RetryPolicy:
         self,
         attempt: int,
         status: int | None,
-        error: str | None = None,
+        error: FetchError | str | None = None,
         retry_after_s: float | None = None,
     ) -> float | None:
         """`decide` in one value: seconds until the retry, or None for "do not retry"."""

@@ -1,14 +1,15 @@
 """Takeover of a dead node's servers, rebuilt from the crawl's committed output.
 
-The rules are the resume rules of `storage.checkpoint`: a URL is done once a committed fetches
-row gives it a final answer (on whichever node fetched it: servers move), and every URL with a
-committed `discovered` row, or a seed, that is not done is pending. Nothing is lost because a
-node records a URL's row before it sends the URL anywhere, and the coordinator has every live
-node commit its rows before calling this; nothing is fetched twice because the dead node can
-commit nothing more. What the dead node fetched but had not committed is fetched again (and
-recorded once): a killed process cannot say which requests reached the server. The URLs of
-other servers the dead node had found (committed) may not all have been sent yet: they are
-returned to be sent again, and the filter and the owners' exact sets drop those that were.
+The rules are the resume rules of `storage.checkpoint` (defined in `storage.outcomes`): a URL
+is done once a committed fetches row gives it a final answer (on whichever node fetched it:
+servers move), and every URL with a committed `discovered` row, or a seed, that is not done is
+pending. Nothing is lost because a node records a URL's row before it sends the URL anywhere,
+and the coordinator has every live node commit its rows before calling this; nothing is fetched
+twice because the dead node can commit nothing more. What the dead node fetched but had not
+committed is fetched again (and recorded once): a killed process cannot say which requests
+reached the server. The URLs of other servers the dead node had found (committed) may not all
+have been sent yet: they are returned to be sent again, and the filter and the owners' exact
+sets drop those that were.
 
 Only the dead node's uncommitted files are discarded: the other nodes are alive and writing,
 and `storage.writer.discard_uncommitted` over the whole crawl would delete the first files of
@@ -23,17 +24,17 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.exchange import HostState, Item
 from crawler.limits import counts_of
-from storage.checkpoint import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE
-from storage.checkpoint import _final as is_final  # the resume rule, defined once
+from crawler.server import Item, ServerState
+from crawler.urlqueue import UrlTask
+from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, is_final
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc
 
 
 @dataclass
 class Recovered:
-    states: list[HostState]  # the dead node's servers, with their URLs done (seen) and pending
+    states: list[ServerState]  # the dead node's servers, with their URLs done (seen) and pending
     budget_spent: int  # of the page budget, what its committed fetches used in this run
     foreign: list[Item]  # URLs of other servers it found, perhaps never sent
 
@@ -104,14 +105,14 @@ class OutputRecovery:
                     "WHERE NOT list_contains(?, split_part(url, '/', 3)) GROUP BY url",
                     [own_files, hosts],
                 ).fetchall()
-        states = {host: HostState(host) for host in hosts}
+        states = {host: ServerState(host) for host in hosts}
         for host, counts in counts_of(admitted).items():
             states[host].limits = counts
         for seed in self.seeds:
             if seed.split("/", 3)[2] in states:
                 pending.setdefault(seed, self.depths.get(seed, 0))
         for url in done:
-            states[url.split("/", 3)[2]].seen.append(url)
+            states[url.split("/", 3)[2]].seen.add(url)
         for url, depth in pending.items():
             if url in done:
                 continue
@@ -121,8 +122,9 @@ class OutputRecovery:
             if attempt == 1:
                 state.inbox.append((url, depth))  # the adopting node scores it like a new URL
             else:
-                state.seen.append(url)
-                state.tasks.append((url, depth, attempt, 0.0))
+                state.seen.add(url)
+                # The depth inside its server is not in the output: the crawl depth bounds it.
+                state.retry_later(UrlTask(url, depth, attempt, host_depth=depth), 0.0)
         return Recovered(list(states.values()), spent, foreign)
 
     def _discard_uncommitted(self, node_id: str) -> None:

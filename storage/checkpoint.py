@@ -1,10 +1,11 @@
 """Resume: rebuild a crawl's frontier from what it already wrote.
 
-The checkpoint is the output itself. `fetches` says which URLs are done (a final answer, or
-given up after their retries), `discovered` lists every URL the nodes found; the frontier to
-resume is discovered minus done. Both are written in committed batches (see
-`storage.writer.CommitGroupWriter`), so after `discard_uncommitted` they agree with `pages`:
-no page is kept whose links were lost, and no URL counts as done whose page was lost.
+The checkpoint is the output itself, read by the rule of `storage.outcomes`. `fetches` says
+which URLs are done (a final answer, or given up after their retries), `discovered` lists
+every URL the nodes found; the frontier to resume is discovered minus done. Both are written
+in committed batches (see `storage.writer.CommitGroupWriter`), so after `discard_uncommitted`
+they agree with `pages`: no page is kept whose links were lost, and no URL counts as done whose
+page was lost.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import DEADLINE, NOT_ADMITTED_CLASSES
-from crawler.politeness import is_retryable
 from storage.compaction import finish_compaction
 from storage.manifest import MANIFEST
+from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, is_final
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
 
@@ -35,32 +35,6 @@ class Checkpoint:
     @property
     def empty(self) -> bool:
         return not self.done and not self.pending
-
-
-def _error_class_in(classes: tuple[str, ...]) -> str:
-    return "split_part(coalesce(error, ''), ':', 1) IN ({})".format(
-        ", ".join(f"'{name}'" for name in classes)
-    )
-
-
-# The fetches rows of URLs that passed crawler.limits (the node's rule), which are also those
-# that spent the --max-pages budget: first tries, not robots.txt itself, nor URLs refused
-# before any request or failed with their whole server.
-ADMITTED_SQL = (
-    "attempt = 1 AND url_path <> '/robots.txt' "
-    f"AND NOT {_error_class_in(NOT_ADMITTED_CLASSES)}"
-)
-
-
-# Rows of URLs the crawl's deadline left queued say only that they were not fetched: resume
-# and takeover read past them, so the URL is pending with the attempt it was waiting for.
-NOT_LEFT_AT_DEADLINE = f"coalesce(error, '') NOT LIKE '{DEADLINE}%'"
-
-
-def _final(status: int | None, error: str | None) -> bool:
-    if error is not None and error.startswith("gave_up"):
-        return True
-    return not is_retryable(status, error)
 
 
 def load_checkpoint(
@@ -85,7 +59,7 @@ def load_checkpoint(
         ).fetchall()
         for url, status, error, attempt in rows:
             attempts[url] = max(attempts.get(url, 0), attempt)
-            if _final(status, error):
+            if is_final(status, error):
                 checkpoint.done.add(url)
         checkpoint.admitted = [
             url

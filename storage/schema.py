@@ -7,6 +7,9 @@ Column names follow Common Crawl's columnar URL index where it has the same thin
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import NotRequired, TypedDict
+
 import pyarrow as pa
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -103,3 +106,68 @@ DATASETS: dict[str, pa.Schema] = {
 }
 # Written in step by each node, in this order; the last one's file commits a batch.
 COMMITTED_DATASETS = ("discovered", "pages", "fetches")
+
+
+# The rows a node writes, one type per dataset, key for key its schema's columns (checked by
+# tests/test_node_units.py).
+class FetchRow(TypedDict):
+    crawl_id: str
+    url: str
+    url_host_name: str
+    url_path: str
+    fetch_time: datetime
+    fetch_status: int | None
+    fetch_redirect: str | None
+    error: str | None  # str(storage.outcomes.FetchError)
+    content_mime_type: str | None
+    content_charset: str | None
+    content_length: int | None
+    content_digest: str | None
+    rtt_ms: float | None
+    node_id: str
+    depth: int
+    attempt: int
+    etag: str | None
+    last_modified: str | None
+    # Set by the writer when the response is archived (storage.writer.CommitGroupWriter).
+    warc_filename: NotRequired[str]
+    warc_record_offset: NotRequired[int]
+    warc_record_length: NotRequired[int]
+
+
+class PageRow(TypedDict):
+    crawl_id: str
+    url: str
+    url_host_name: str
+    fetch_time: datetime
+    content_digest: str | None
+    content_length: int
+    title: str | None
+    outlink_count: int
+    depth: int
+    node_id: str
+    content: str
+
+
+class DiscoveredRow(TypedDict):
+    crawl_id: str
+    url: str
+    depth: int
+    node_id: str
+
+
+class MetricRow(TypedDict):
+    crawl_id: str
+    node_id: str
+    time: datetime
+    host: str | None
+    metric: str
+    value: float
+
+
+ROW_TYPES: dict[str, type] = {
+    "fetches": FetchRow,
+    "pages": PageRow,
+    "discovered": DiscoveredRow,
+    "metrics": MetricRow,
+}

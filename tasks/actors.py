@@ -8,15 +8,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from crawlflow.environment import prepare_environment
+from tasks.environment import prepare_environment
 
 # Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
 prepare_environment()
 
 import ray  # noqa: E402
 
-from crawler.exchange import Beat, HostState, Item, PeerLink, Reply, link_settings  # noqa: E402
+from crawler.exchange import Beat, Reply  # noqa: E402
 from crawler.node import CrawlerNode  # noqa: E402
+from crawler.peerlink import PeerLink, link_settings  # noqa: E402
+from crawler.server import Item, ServerState  # noqa: E402
 
 
 class RayExchange:
@@ -34,7 +36,7 @@ class RayExchange:
     def pull(self, node_id: str, max_items: int) -> Reply:
         return ray.get(self.actor.pull.remote(node_id, max_items))
 
-    def offer(self, node_id: str, states: list[HostState]) -> None:
+    def offer(self, node_id: str, states: list[ServerState]) -> None:
         ray.get(self.actor.offer.remote(node_id, states))
 
     def snapshot(self) -> dict[str, Any]:
@@ -43,7 +45,7 @@ class RayExchange:
     def orphan(self, node_id: str) -> list[str]:
         return ray.get(self.actor.orphan.remote(node_id))
 
-    def put_hosts(self, states: list[HostState]) -> None:
+    def put_hosts(self, states: list[ServerState]) -> None:
         ray.get(self.actor.put_hosts.remote(states))
 
 

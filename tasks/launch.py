@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlflow.environment import prepare_environment
+from tasks.environment import prepare_environment
 
 # Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
 prepare_environment()
@@ -23,6 +23,7 @@ from crawler.config import CrawlConfig  # noqa: E402
 from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
 from crawler.exchange import Exchange  # noqa: E402
+from crawler.node import NodeStatus  # noqa: E402
 from crawler.recrawl import Revisits  # noqa: E402
 from tasks.actors import (  # noqa: E402
     LinkedCrawlerNode,
@@ -52,7 +53,7 @@ class RayNode:
     def take_outbox(self) -> list[tuple[str, int]]:
         return self._get(self.actor.take_outbox.remote())
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         return self._get(self.actor.status.remote())
 
     def grant(self, pages: int) -> None:
@@ -238,7 +239,7 @@ def launch_nodes(
     )
 
 
-def stop_fleet(fleet: Fleet) -> list[dict[str, Any]]:
+def stop_fleet(fleet: Fleet) -> list[NodeStatus]:
     """Flush and stop every node still alive (planned or added), then the shared state."""
     statuses = []
     for node in fleet.launcher.launched:
@@ -253,6 +254,6 @@ def stop_fleet(fleet: Fleet) -> list[dict[str, Any]]:
 
 
 @task(name="close nodes", cache_policy=NO_CACHE)
-def close_nodes(fleet: Fleet) -> list[dict[str, Any]]:
+def close_nodes(fleet: Fleet) -> list[NodeStatus]:
     """Flush every node's files and stop its actor; runs even when the crawl failed."""
     return stop_fleet(fleet)

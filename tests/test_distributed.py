@@ -18,14 +18,17 @@ import pytest
 from crawler.config import config_from_dict
 from crawler.coordinator import Coordinator, NodeLost, Surcharge
 from crawler.dedup import BloomShard
-from crawler.exchange import Exchange, PeerLink, link_settings
+from crawler.exchange import Exchange
 from crawler.node import CrawlerNode
+from crawler.peerlink import PeerLink, link_settings
 from crawler.recovery import OutputRecovery
-from crawlflow.demo import coverage
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 from websim.sim import requested_again
+
+pytestmark = pytest.mark.integration  # websim and Ray
 
 SETTINGS = {
     "heartbeat_s": 0.05,
@@ -64,13 +67,9 @@ class Mortal:
     def crash(self) -> None:
         node = self.node
         self.dead = True
-        with node._lock:  # what SIGKILL does, minus the flush that close() would do
-            node._stopping = True
-            node._lock.notify_all()
-        for thread in node._workers:
-            thread.join()
+        node._stop_threads()  # what SIGKILL does, minus the flush that close() would do
         node._link.stop()
-        self.uncommitted = [row["url"] for row in node._output._rows["fetches"]]
+        self.uncommitted = [row["url"] for row in node.recorder.output._rows["fetches"]]
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.node, name)
@@ -143,7 +142,7 @@ def in_process_crawl(
     if kill_after is not None:
 
         def killer() -> None:
-            while nodes[1].node.status()["fetches"] < kill_after:
+            while nodes[1].node.status().fetches < kill_after:
                 time.sleep(0.01)
             nodes[1].crash()
 
@@ -173,8 +172,9 @@ def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_pa
     requested = [entry["host"] + entry["path"] for entry in web.request_log()]
     assert len(requested) == len(set(requested))
     assert exchange.moved_hosts >= 2
-    assert all(node.node.status()["fetches"] > 0 for node in nodes)
-    link = nodes[0].node.status()["link"]
+    assert all(node.node.status().fetches > 0 for node in nodes)
+    link = nodes[0].node.status().link
+    assert link is not None
     assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
 
 
@@ -182,7 +182,7 @@ def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(we
     nodes, _, report = in_process_crawl(web, tmp_path, [web.servers], surcharge_nodes=1)
     assert (report["nodes_planned"], report["nodes_added"]) == (1, 1)
     assert [row["kind"] for row in report["nodes"]] == ["planned", "added"]
-    assert nodes[1].node.status()["fetches"] > 0
+    assert nodes[1].node.status().fetches > 0
     assert_exactly_once(web, tmp_path / "c")
 
 
@@ -222,7 +222,7 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
         .execute("SELECT count(*) FROM fetches WHERE node_id = 'node-1'")
         .fetchall()[0]
     )
-    uncommitted = nodes[1].node.counters["fetches"] - committed
+    uncommitted = nodes[1].node.core.counters.fetches - committed
     print(f"re-requested after the kill: {again} (uncommitted at the kill: {uncommitted})")
     assert again <= uncommitted
     # And they are URLs of the very rows the crash lost.
@@ -259,6 +259,7 @@ BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked
 def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     slow_web, ray_session, prefect_api, tmp_path
 ):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     slow_web.request_log(clear=True)
@@ -280,13 +281,19 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     threading.Thread(target=killer, daemon=True).start()
     try:
         summary = crawl(
-            seeds=[slow_web.hub_url],
-            allow=slow_web.servers,
-            allow_private=True,
-            nodes=2,
-            out_dir=str(tmp_path),
-            crawl_id="killed",
-            config={"write_interval_s": 0.2, "heartbeat_s": 0.1, "write_batch_rows": BATCH_ROWS},
+            CrawlRequest(
+                seeds=[slow_web.hub_url],
+                allow=slow_web.servers,
+                allow_private=True,
+                nodes=2,
+                out_dir=str(tmp_path),
+                crawl_id="killed",
+                config={
+                    "write_interval_s": 0.2,
+                    "heartbeat_s": 0.1,
+                    "write_batch_rows": BATCH_ROWS,
+                },
+            )
         )
     finally:
         crawl_over.set()
@@ -304,21 +311,24 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
 def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     slow_web, ray_session, prefect_api, tmp_path
 ):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     summary = crawl(
-        seeds=[slow_web.hub_url],
-        allow=slow_web.servers,
-        allow_private=True,
-        nodes=1,
-        out_dir=str(tmp_path),
-        crawl_id="surcharged",
-        config={
-            "heartbeat_s": 0.1,
-            "time_budget_s": 2.0,
-            "surcharge_max_nodes": 1,
-            "surcharge_check_s": 1.0,
-        },
+        CrawlRequest(
+            seeds=[slow_web.hub_url],
+            allow=slow_web.servers,
+            allow_private=True,
+            nodes=1,
+            out_dir=str(tmp_path),
+            crawl_id="surcharged",
+            config={
+                "heartbeat_s": 0.1,
+                "time_budget_s": 2.0,
+                "surcharge_max_nodes": 1,
+                "surcharge_check_s": 1.0,
+            },
+        )
     )
     nodes = summary["nodes"]
     assert (nodes["nodes_planned"], nodes["nodes_added"]) == (1, 1)
@@ -332,13 +342,15 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     assert nodes["left_at_deadline"] > 0
     assert summary["left_at_deadline"] > 0
     resumed = crawl(
-        seeds=[slow_web.hub_url],
-        allow=slow_web.servers,
-        allow_private=True,
-        nodes=1,
-        out_dir=str(tmp_path),
-        crawl_id="surcharged",
-        config={"heartbeat_s": 0.1},
+        CrawlRequest(
+            seeds=[slow_web.hub_url],
+            allow=slow_web.servers,
+            allow_private=True,
+            nodes=1,
+            out_dir=str(tmp_path),
+            crawl_id="surcharged",
+            config={"heartbeat_s": 0.1},
+        )
     )
     assert resumed["left_at_deadline"] == 0 and resumed["nodes"]["left_at_deadline"] is None
     assert_exactly_once(slow_web, tmp_path / "surcharged")

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from crawler.dedup import BloomShard
-from crawler.exchange import Beat, Exchange, HostState, LinkSettings, PeerLink
+from crawler.exchange import Beat, Exchange
+from crawler.node import NodeStatus
+from crawler.peerlink import LinkSettings, PeerLink
+from crawler.server import ServerState
+from crawler.urlqueue import UrlTask
 
 
 def beat(node_id: str, queued: int, throughput: float = 10.0, urls=(), batch=100, deliver=None):
@@ -20,12 +24,20 @@ def url(host: str, n: int) -> tuple[str, int]:
     return (f"http://{host}/p{n}", 1)
 
 
+def server_with(host: str, urls: int) -> ServerState:
+    """A server on its way between nodes, with `urls` queued."""
+    state = ServerState(host)
+    for n in range(urls):
+        state.queue.push(UrlTask(f"http://{host}/p{n}", 1))
+    return state
+
+
 def test_a_node_above_its_share_is_told_to_offer_and_one_below_takes_servers():
     exchange = Exchange({"h1": "n0", "h2": "n0", "h3": "n1"})
     exchange.heartbeat(beat("n1", queued=0))
     reply = exchange.heartbeat(beat("n0", queued=1000))
     assert reply.offer_urls == 500  # equal throughput: the fair share is half
-    state = HostState("h2", tasks=[(f"http://h2/p{i}", 1, 1, 0.0) for i in range(300)])
+    state = server_with("h2", 300)
     exchange.offer("n0", [state])
     assert exchange.owner["h2"] is None
     reply = exchange.heartbeat(beat("n1", queued=0))
@@ -66,7 +78,7 @@ def test_a_dead_nodes_servers_collect_urls_until_they_are_taken_over():
     exchange.push("n0", [url("h2", 1)])
     assert exchange.heartbeat(beat("n0", queued=0)).urls == []  # nobody owns h2 yet
     assert exchange.snapshot()["inbox_urls"] == 1
-    exchange.put_hosts([HostState("h2", tasks=[("http://h2/p0", 0, 1, 0.0)])])
+    exchange.put_hosts([server_with("h2", 1)])
     reply = exchange.heartbeat(beat("n0", queued=0))
     assert [(s.host, s.inbox) for s in reply.hosts] == [("h2", [url("h2", 1)])]
     assert exchange.owner["h2"] == "n0"
@@ -76,7 +88,7 @@ def test_a_dead_nodes_servers_collect_urls_until_they_are_taken_over():
 def test_a_node_may_only_offer_servers_it_owns():
     exchange = Exchange({"h1": "n0", "h2": "n1"})
     with pytest.raises(ValueError, match="does not own"):
-        exchange.offer("n0", [HostState("h2")])
+        exchange.offer("n0", [ServerState("h2")])
 
 
 def test_urls_of_a_server_nobody_was_given_wait_in_the_shared_queue():
@@ -94,17 +106,17 @@ class FakeNode:
     def __init__(self) -> None:
         self.received: list[tuple[str, int]] = []
 
-    def status(self) -> dict[str, Any]:
-        return {"queued": 0, "urls_done": 0}
+    def status(self) -> NodeStatus:
+        return NodeStatus("n0", 0, 0, 0, 0, 0, None, 0, 0, 0, 0)
 
     def add_urls(self, items: list[tuple[str, int]]) -> int:
         self.received += items
         return len(items)
 
-    def adopt_hosts(self, states: list[HostState]) -> None:
+    def adopt_hosts(self, states: list[ServerState]) -> None:
         pass
 
-    def export_hosts(self, want_urls: int, max_urls: int) -> list[HostState]:
+    def export_hosts(self, want_urls: int, max_urls: int) -> list[ServerState]:
         return []
 
 

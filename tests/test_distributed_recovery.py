@@ -82,7 +82,8 @@ def test_a_dead_nodes_servers_come_back_with_done_pending_and_unsent_urls(tmp_pa
     (state,) = recovered.states
     assert state.host == B
     assert sorted(state.inbox) == [(f"http://{B}/", 0), (f"http://{B}/3", 2)]
-    assert state.tasks == [(f"http://{B}/2", 1, 2, 0.0)]
+    retries = [(t.url, t.depth, t.attempt, t.quality) for _, _, t in state.retries]
+    assert retries == [(f"http://{B}/2", 1, 2, 0.0)]
     assert sorted(state.seen) == [f"http://{B}/1", f"http://{B}/2"]
     assert recovered.budget_spent == 2
     assert recovered.foreign == [(f"http://{C}/9", 1)]

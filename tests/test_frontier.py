@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from crawler.frontier import FairUrls, Frontier, QualityUrls, Server, UrlTask
+from crawler.frontier import Frontier
+from crawler.server import ServerState
+from crawler.urlqueue import FairUrls, QualityUrls, UrlTask
 
 
 class Clock:
@@ -23,7 +25,7 @@ class Clock:
 def frontier_with(policy: str, hosts: list[str], rpc: int = 50) -> Frontier:
     frontier = Frontier(policy)
     for host in hosts:
-        frontier.add_server(Server(host, Clock(), requests_per_connection=rpc))
+        frontier.add_server(ServerState(host, Clock(), requests_per_connection=rpc))
     return frontier
 
 
@@ -255,7 +257,7 @@ def simulate(policy: str, seconds: float, connections: int = 4) -> tuple[int, fl
     times = {}
     for i in range(12):
         host = f"s{i}"
-        frontier.add_server(Server(host, Clock(), requests_per_connection=5))
+        frontier.add_server(ServerState(host, Clock(), requests_per_connection=5))
         times[host] = 0.005 * (200 ** (i / 11))
         qualities = [rng.random() * 0.1 for _ in range(40)] + [10.0 * (i % 3 == 0)]
         for j, q in enumerate(qualities):
@@ -292,7 +294,7 @@ def test_no_url_family_starves_the_others_under_any_policy(policy):
     """A trap's 1,000 URLs, of better quality and queued first, do not hold back the pages
     the front page links to: families take turns, each in the policy's own order."""
     frontier = Frontier(policy)
-    frontier.add_server(Server("a", Clock(), requests_per_connection=50))
+    frontier.add_server(ServerState("a", Clock(), requests_per_connection=50))
     for day in range(1000):
         frontier.push("a", UrlTask(f"http://a/events?d={day}", 1, quality=1.0), "http")
     for page in ("about", "team", "blog/", "docs/guide/"):

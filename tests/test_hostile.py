@@ -14,16 +14,20 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import crawler.node
+import crawler.node.fetchloop
+import crawler.node.outcome
 from bench.chaos import analyse, crawl_in_process
 from crawler.addresses import AddressGuard
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator, CrawlFailed
 from crawler.node import CrawlerNode
+from crawler.node.fetchloop import FetchLoop
 from crawler.urls import host_key
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
+
+pytestmark = pytest.mark.integration  # websim's hostile servers
 
 MANY_LINKS = 5000
 FAST = CrawlConfig(
@@ -35,9 +39,8 @@ FAST = CrawlConfig(
     max_decoded_bytes=1_000_000,
     trap_max_urls_per_pattern=20,
     write_interval_s=0.5,
-    rate_control={
-        "mode": "fixed",
-        "fixed_delay_s": 0.0,
+    rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+    retry={
         "retry_after_max_s": 0.5,
         "max_retries": 1,
         "backoff_base_s": 0.05,
@@ -160,9 +163,9 @@ def test_each_attack_is_one_row_with_its_error_class(hostile_crawl, scenario, er
 def test_retries_end_as_gave_up_after_transient_errors(hostile_crawl):
     _, rows = hostile_crawl
     hang = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["hang_after_headers"]]
-    assert hang.count("read_timeout") == FAST.rate_control["max_retries"]
+    assert hang.count("read_timeout") == FAST.retry.max_retries
     resets = [(e or "").split(":")[0] for t, _, e, _ in rows.fetches["reset_mid_body"]]
-    assert resets.count("connection_error") == FAST.rate_control["max_retries"]
+    assert resets.count("connection_error") == FAST.retry.max_retries
 
 
 def test_content_sniffing_and_pages(hostile_crawl, hostile_web):
@@ -230,14 +233,14 @@ def test_retry_after_past_or_far_is_honoured_within_bounds(hostile_crawl):
 
 def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkeypatch):
     """A bug met while handling one answer is recorded for that URL and the crawl goes on."""
-    real_parse = crawler.node.parse_html
+    real_parse = crawler.node.outcome.parse_html
 
     def parse_or_fail(body, url, encoding=None):
         if url.endswith("/ok/1"):
             raise RuntimeError("boom")
         return real_parse(body, url, encoding)
 
-    monkeypatch.setattr(crawler.node, "parse_html", parse_or_fail)
+    monkeypatch.setattr(crawler.node.outcome, "parse_html", parse_or_fail)
     seed = hostile_web.hostile_url("empty_body")
     crawl_dir, finished = crawl_in_process([seed], [], tmp_path, FAST, timeout_s=30)
     assert finished
@@ -252,7 +255,7 @@ def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
 ):
     """A worker thread killed by a bug would keep its server taken and the crawl would wait
     forever: the node reports it, the coordinator fails the crawl, the committed rows stay."""
-    real_next_task = CrawlerNode._next_task
+    real_next_task = FetchLoop.next_task
 
     def next_task_or_fail(self, server):
         task = real_next_task(self, server)
@@ -260,7 +263,7 @@ def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
             raise RuntimeError("boom")
         return task
 
-    monkeypatch.setattr(CrawlerNode, "_next_task", next_task_or_fail)
+    monkeypatch.setattr(FetchLoop, "next_task", next_task_or_fail)
     seed = hostile_web.hostile_url("empty_body")
     host = host_key(seed)
     node = CrawlerNode("node-0", "bug", str(tmp_path), FAST, [host], [host], True, max_depth=None)
@@ -290,7 +293,7 @@ def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, 
         return ["93.184.216.34"] if host == hostile_ip else [host]
 
     monkeypatch.setattr(
-        crawler.node,
+        crawler.node.fetchloop,
         "AddressGuard",
         lambda allow_private: AddressGuard(allow_private, resolver=resolver),
     )

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crawler.config import ConfigError, config_from_dict
 from crawler.politeness import (
     Backoff,
     RetryPolicy,
+    RetrySettings,
     RobotsRules,
     is_retryable,
     parse_retry_after,
@@ -120,25 +122,34 @@ def test_what_is_retryable(status: int | None, error: str | None, retry: bool) -
     assert is_retryable(status, error) is retry
 
 
+def retry_policy(rng: random.Random | None = None, **settings: float) -> RetryPolicy:
+    return RetryPolicy(RetrySettings.model_validate(settings), rng)
+
+
 def test_retry_policy_gives_up_after_max_retries() -> None:
-    policy = RetryPolicy(max_retries=3, backoff_base_s=1.0, backoff_cap_s=60.0)
+    policy = retry_policy(max_retries=3, backoff_base_s=1.0, backoff_cap_s=60.0)
     decisions = [policy.decide(attempt, 503) for attempt in range(1, 6)]
     assert [d.retry for d in decisions] == [True, True, True, False, False]
     assert policy.retry_delay(4, 503) is None
-    assert RetryPolicy(max_retries=0).retry_delay(1, 503) is None
+    assert retry_policy(max_retries=0).retry_delay(1, 503) is None
 
 
 def test_retry_policy_prefers_retry_after_and_clamps_it() -> None:
-    policy = RetryPolicy(max_retries=3, retry_after_max_s=30.0)
+    policy = retry_policy(max_retries=3, retry_after_max_s=30.0)
     assert policy.retry_delay(1, 429, None, 7.0) == 7.0
     assert policy.retry_delay(1, 429, None, 900.0) == 30.0
     assert policy.retry_delay(1, 404, None, 7.0) is None  # Retry-After alone is no reason
 
 
+def test_retry_policy_from_config() -> None:
+    config = config_from_dict({"retry": {"max_retries": 1, "retry_after_max_s": 10.0}})
+    policy = RetryPolicy(config.retry, random.Random(1))
+    assert policy.retry_delay(1, 429, None, 99.0) == 10.0
+    assert policy.retry_delay(2, 429, None, 1.0) is None
+
+
 def test_retry_policy_backoff_is_jittered_within_the_exponential_window() -> None:
-    policy = RetryPolicy(
-        max_retries=5, backoff_base_s=2.0, backoff_cap_s=10.0, rng=random.Random(3)
-    )
+    policy = retry_policy(random.Random(3), max_retries=5, backoff_base_s=2.0, backoff_cap_s=10.0)
     for attempt in range(1, 6):
         delay = policy.retry_delay(attempt, None, "read_timeout: x")
         assert delay is not None
@@ -146,15 +157,26 @@ def test_retry_policy_backoff_is_jittered_within_the_exponential_window() -> Non
 
 
 def test_retry_policy_default_rng_is_reproducible() -> None:
-    first = [RetryPolicy().retry_delay(k, 500) for k in (1, 2, 3)]
-    assert first == [RetryPolicy().retry_delay(k, 500) for k in (1, 2, 3)]
+    first = [retry_policy().retry_delay(k, 500) for k in (1, 2, 3)]
+    assert first == [retry_policy().retry_delay(k, 500) for k in (1, 2, 3)]
 
 
-def test_retry_policy_rejects_bad_parameters() -> None:
-    with pytest.raises(ValueError):
-        RetryPolicy(max_retries=-1)
-    with pytest.raises(ValueError):
-        RetryPolicy(retry_after_max_s=0.0)
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"max_retries": True}, "retry.max_retries: Input should be a valid integer"),
+        ({"max_retries": 2.5}, "retry.max_retries: Input should be a valid integer"),
+        ({"max_retries": -1}, "retry.max_retries: Input should be greater than or equal to 0"),
+        ({"retry_after_max_s": 0}, "retry.retry_after_max_s: Input should be greater than 0"),
+        ({"backoff_base_s": 9, "backoff_cap_s": 8}, "need backoff_base_s <= backoff_cap_s"),
+        ({"retries": 3}, "retry.retries: Extra inputs are not permitted"),
+    ],
+)
+def test_retry_settings_reject_bad_input_with_one_line(data: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"retry": data})
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 # ---- robots.txt ------------------------------------------------------------------------------

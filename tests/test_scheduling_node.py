@@ -8,9 +8,11 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.node import CrawlerNode
-from crawlflow.demo import coverage
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
+
+pytestmark = pytest.mark.integration  # websim
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
 
     result = coverage(tmp_path / policy, web.reachable_allowed_urls())
     assert result["coverage"] == 1.0 and result["duplicates"] == 0
-    frontier = node._frontier
+    frontier = node.core.frontier
     assert frontier.queued() == 0
     slowest_s = dict(
         connect(tmp_path / policy)

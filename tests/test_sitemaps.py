@@ -16,6 +16,8 @@ from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 
+pytestmark = pytest.mark.integration  # websim
+
 CONFIG = {"sitemaps": True, "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
 
 

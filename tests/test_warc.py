@@ -18,6 +18,7 @@ from storage.warc import WARC_DIR, read_record
 from storage.writer import discard_uncommitted
 from websim import WebSim, WebSpec
 
+pytestmark = pytest.mark.integration  # websim
 
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):

@@ -651,6 +651,12 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def check_scenarios(names: tuple[str, ...]) -> None:
+    """Raise ValueError unless `names` are distinct scenarios of SCENARIOS."""
+    if set(names) - set(SCENARIOS) or len(set(names)) != len(names):
+        raise ValueError(f"hostile must name distinct scenarios of {sorted(SCENARIOS)}")
+
+
 def addresses(spec: WebSpec) -> list[str]:
     """Loopback addresses of the hostile hosts, in `spec.hostile` order, after the web's."""
     return [host_address(spec.hosts + i) for i in range(len(spec.hostile))]

@@ -1,0 +1,258 @@
+"""A crawler node: owns whole servers, fetches their URLs, parses pages, writes Parquet.
+
+Plain Python (threads, no Ray): the flow wraps it in a Ray actor, tests may run it directly.
+This module is the node's control API, what the driver (crawler/coordinator.py) and the link
+to the other nodes (crawler/peerlink.py) call; it builds the node from its parts:
+
+- `core`: the state the parts share under one lock (servers, page budget, counters);
+- `fetchloop`: the worker threads, one per connection;
+- `outcome`: what a fetch comes to (retry, redirect, page and links), a pure function;
+- `discovery`: where found URLs go (own queues, other nodes, sitemaps);
+- `handover`: servers given to and taken from other nodes, whole;
+- `recorder`: the typed rows of the output; `metrics`: the metrics dataset.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from crawler.config import CrawlConfig
+from crawler.limits import counts_of
+from crawler.node.core import UNLIMITED, NodeCore
+from crawler.node.discovery import Discovery
+from crawler.node.fetchloop import FetchLoop
+from crawler.node.handover import Handover
+from crawler.node.metrics import NodeMetrics
+from crawler.node.recorder import Recorder
+from crawler.node.status import NodeStatus
+from crawler.peerlink import PeerLink
+from crawler.recrawl import Revisits
+from crawler.server import Item, ServerState
+from crawler.urlqueue import UrlTask
+from crawler.urls import host_key
+
+logger = logging.getLogger(__name__)
+
+
+class CrawlerNode:
+    def __init__(
+        self,
+        node_id: str,
+        crawl_id: str,
+        out_dir: str,
+        config: CrawlConfig,
+        hosts: Iterable[str],
+        scope_hosts: Iterable[str],
+        allow_private: bool,
+        max_depth: int | None,
+        page_budget: int | None = None,
+        link: PeerLink | None = None,
+        revisits: Revisits | None = None,
+    ) -> None:
+        """`link`: the connection to the other nodes through shared state (crawler/exchange.py);
+        without it, URLs for servers other nodes own wait in the outbox for the driver.
+        `revisits`: in a recrawl, what the earlier nights know of each URL (crawler/recrawl.py):
+        the validators of its conditional GET, and its revisit priority, which ranks it in the
+        scheduler where page quality would."""
+        self.node_id = node_id
+        self.core = core = NodeCore(
+            node_id, crawl_id, config, scope_hosts, max_depth, page_budget, revisits
+        )
+        self._link = link
+        crawl_dir = Path(out_dir) / crawl_id
+        self.recorder = Recorder(core, crawl_dir)
+        self.discovery = Discovery(core, link)
+        self.handover = Handover(
+            core, link.settings.heartbeat_s if link else 0.0, self._ensure_workers
+        )
+        self.loop = FetchLoop(core, self.recorder, self.discovery, self.handover, allow_private)
+        self._metrics = NodeMetrics(core, crawl_dir, link)
+        self._started = False  # no fetching before start(): the coordinator seeds or restores first
+        self._connections = 0  # worker threads started
+        self._threads: list[threading.Thread] = []
+        with core.lock:
+            for host in hosts:
+                core.own(ServerState(host))
+
+    # ---- seeding and the page budget --------------------------------------------------------
+
+    def add_urls(self, items: Iterable[Item]) -> int:
+        """Queue canonical URLs (with their depth) of servers this node owns; returns how many
+        were new."""
+        core = self.core
+        added = 0
+        elsewhere: list[Item] = []
+        with core.lock:
+            for url, depth in items:
+                host = host_key(url)
+                server = core.servers.get(host)
+                if server is None:
+                    if self._link is None:
+                        raise ValueError(f"node {self.node_id} does not own {host}")
+                    elsewhere.append((url, depth))  # its server moved on meanwhile
+                    continue
+                if url in server.seen:
+                    continue
+                core.queue(server, UrlTask(url, depth, quality=core.score(url)))
+                added += 1
+            if added:
+                core.changed()
+        if elsewhere and self._link is not None:
+            self._link.forward(elsewhere)
+        return added
+
+    def restore(
+        self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
+    ) -> None:
+        """Resume from a checkpoint: `done` URLs are never fetched again, `pending` ones
+        (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
+        URLs the first run let through crawler.limits, which count against them again."""
+        core = self.core
+        for host, counts in counts_of(admitted).items():
+            core.limits.restore(host, counts)
+        with core.lock:
+            for url in done:
+                if (server := core.servers.get(host_key(url))) is not None:
+                    server.seen.add(url)
+            for url, depth, attempt in pending:
+                server = core.servers[host_key(url)]
+                # The depth inside its server is not in the output: the crawl depth bounds it.
+                task = UrlTask(url, depth, attempt, core.score(url), host_depth=depth)
+                if attempt == 1:
+                    core.queue(server, task)
+                else:
+                    server.seen.add(url)
+                    core.frontier.push_retry(server.host, task, scheme=url.split(":", 1)[0])
+            core.changed()
+
+    def grant(self, pages: int) -> None:
+        """Allow this node to start `pages` more URLs (the driver enforces --max-pages)."""
+        with self.core.lock:
+            self.core.budget += pages
+            self.core.lock.notify_all()
+
+    def reclaim(self) -> int:
+        """Hand back the unused page budget (the driver gives it to nodes that have work)."""
+        core = self.core
+        with core.lock:
+            if core.budget >= UNLIMITED:
+                return 0
+            unused, core.budget = core.budget, 0
+            return unused
+
+    # ---- other nodes --------------------------------------------------------------------------
+
+    def take_outbox(self) -> list[Item]:
+        """URLs found here for servers other nodes own, to be routed by the driver."""
+        return self.discovery.take_outbox()
+
+    def export_hosts(self, want_urls: int, max_urls: int) -> list[ServerState]:
+        return self.handover.export_hosts(want_urls, max_urls)
+
+    def adopt_hosts(self, states: list[ServerState]) -> None:
+        self.handover.adopt_hosts(states)
+
+    # ---- watching -------------------------------------------------------------------------------
+
+    def status(self) -> NodeStatus:
+        core = self.core
+        with core.lock:
+            counters = core.counters
+            held = len(self.discovery.outbox) + len(self.handover.departed)
+            queued, active, budget = core.frontier.queued(), core.active, core.budget
+            servers, failure = len(core.servers), core.failure
+            fetches, pages, urls_done = counters.fetches, counters.pages, counters.urls_done
+            activity = counters.activity
+        link = self._link
+        return NodeStatus(
+            node_id=self.node_id,
+            queued=queued,
+            active=active,
+            budget=budget,
+            outbox=held + (link.unsent() if link else 0),
+            servers=servers,
+            failure=failure,
+            fetches=fetches,
+            pages=pages,
+            urls_done=urls_done,
+            activity=activity,
+            link=link.stats() if link else None,
+        )
+
+    def flush(self) -> None:
+        """Commit every buffered row now (a takeover reads the live nodes' output)."""
+        self.recorder.flush()
+
+    # ---- threads ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ticker = self._thread(self._metrics.tick, f"{self.node_id}-metrics")
+        ticker.start()
+        self._threads.append(ticker)
+        with self.core.lock:
+            self._started = True
+            self._ensure_workers()
+        if self._link is not None:
+            self._link.start(self)
+
+    def _ensure_workers(self) -> None:
+        """One worker per connection: as many as servers owned, up to `max_connections` (a
+        node that adopts servers gets more). Under the lock."""
+        core = self.core
+        if not self._started:
+            return
+        wanted = min(core.config.max_connections, max(1, len(core.servers)))
+        while self._connections < wanted and not core.stopping:
+            worker = self._thread(self.loop.work, f"{self.node_id}-conn{self._connections}")
+            worker.start()
+            self._threads.append(worker)
+            self._connections += 1
+
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread whose death by a bug shows in `status()`: a dead worker keeps its
+        server taken, so the crawl would otherwise wait for it forever."""
+        core = self.core
+
+        def run() -> None:
+            try:
+                target()
+            except Exception as exc:
+                logger.exception("%s died", name)
+                with core.lock:
+                    if core.failure is None:
+                        core.failure = f"{name}: {type(exc).__name__}: {exc}"[:300]
+
+        return threading.Thread(target=run, name=name, daemon=True)
+
+    def _stop_threads(self) -> None:
+        core = self.core
+        with core.lock:
+            core.stopping = True
+            core.lock.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def expire(self) -> int:
+        """The deadline: stop fetching (fetches under way end first), record every URL still
+        queued or waiting for a retry as `skipped: deadline` (a resumed crawl fetches them,
+        see storage/checkpoint.py), commit. Returns how many URLs were left."""
+        self._stop_threads()
+        with self.core.lock:
+            tasks = [task for server in self.core.servers.values() for task in server.drain()]
+        self.loop.record_skipped(tasks)
+        self.recorder.flush()
+        return len(tasks)
+
+    def close(self) -> NodeStatus:
+        """Stop the workers after their current fetch, flush every file, close connections."""
+        self._stop_threads()
+        if self._link is not None:
+            self._link.stop()
+        self._metrics.close()
+        self.recorder.flush()
+        for session in self.core.sessions.values():
+            session.close()
+        return self.status()

@@ -1,0 +1,97 @@
+"""What the parts of a node share, under one lock: its servers (the frontier), its page
+budget, its counters, and the rules that decide which URLs it queues."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from crawler.config import CrawlConfig
+from crawler.fetcher import ServerSession
+from crawler.frontier import Frontier
+from crawler.limits import UrlLimits
+from crawler.node.status import Counters
+from crawler.quality import make_quality_model
+from crawler.ratecontrol import make_host_controller
+from crawler.recrawl import Revisits
+from crawler.server import ServerState
+from crawler.traps import ParamStripper
+from crawler.urlqueue import UrlTask
+from crawler.urls import Scope
+
+UNLIMITED = 1 << 62
+
+
+class NodeCore:
+    """Not a component of its own: the state the node's components (fetch loop, handover,
+    discovery, metrics, control API) read and change, each under `lock`."""
+
+    def __init__(
+        self,
+        node_id: str,
+        crawl_id: str,
+        config: CrawlConfig,
+        scope_hosts: Iterable[str],
+        max_depth: int | None,
+        page_budget: int | None,
+        revisits: Revisits | None,
+    ) -> None:
+        self.node_id = node_id
+        self.crawl_id = crawl_id
+        self.config = config
+        self.scope = Scope(set(scope_hosts))
+        self.max_depth = max_depth
+        self.lock = threading.Condition()
+        self.frontier = Frontier(config.policy, config.keepalive_speedup, config.estimate_weight)
+        self.limits = UrlLimits(config)
+        self.strip_params = ParamStripper(config.strip_params)
+        self.revisits = revisits
+        self._quality = make_quality_model(config.policy, config.quality_file)
+        self.sessions: dict[str, ServerSession] = {}  # this node's connection to each server
+        self.budget = UNLIMITED if page_budget is None else page_budget
+        self.active = 0  # connections open
+        self.stopping = False
+        self.failure: str | None = None  # the first bug that killed one of its threads
+        self.touched: set[str] = set()  # servers that answered since the last metrics tick
+        self.counters = Counters()
+
+    @property
+    def servers(self) -> dict[str, ServerState]:
+        """The servers this node owns: only it may connect to them."""
+        return self.frontier.servers
+
+    def own(self, server: ServerState) -> None:
+        """Take a server, new or arrived from another node. Under the lock."""
+        if server.controller is None:  # new, or rebuilt from the output by crawler.recovery
+            server.controller = make_host_controller(
+                self.config.rate_control, self.config.retry, time.monotonic()
+            )
+        server.requests_per_connection = self.config.requests_per_connection
+        if server.robots is not None:
+            delay = server.robots.crawl_delay(self.config.user_agent)
+            if delay:
+                server.controller.set_floor_delay(delay)
+        self.frontier.add_server(server)
+        self.limits.attach(server.host, server.limits)
+
+    def score(self, url: str) -> float:
+        """A URL's rank in the scheduler: its revisit priority in a recrawl, else its quality."""
+        if self.revisits is not None:
+            return self.revisits.priority(url)
+        return self._quality.score(url)
+
+    def observe_page(self, url: str, links: list[str]) -> None:
+        """Every in-scope link of a page, seen or not: the graph page quality is computed on."""
+        self._quality.observe_page(url, links)
+
+    def queue(self, server: ServerState, task: UrlTask) -> None:
+        """Queue a new URL of an owned server, seen from now on. Under the lock."""
+        server.seen.add(task.url)
+        self.frontier.push(server.host, task, scheme=urlsplit(task.url).scheme)
+
+    def changed(self) -> None:
+        """What the node holds changed: wake the workers, tell the coordinator. Under the lock."""
+        self.counters.activity += 1
+        self.lock.notify_all()

@@ -1,0 +1,144 @@
+"""Where the URLs a node finds go: links of its pages and redirect targets into its own
+servers' queues, those of other nodes' servers to their owners (through the link, or the
+outbox the driver empties), and a server's sitemap entries into its queue."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urljoin
+
+from crawler.node.core import NodeCore
+from crawler.peerlink import PeerLink
+from crawler.server import Item, ServerState
+from crawler.sitemaps import SitemapEntry
+from crawler.urlqueue import UrlTask
+from crawler.urls import canonical_url, host_key
+
+
+def server_of(url: str) -> str:
+    # A canonical URL reads scheme://server/...: the server is the third "/" field.
+    return url.split("/", 3)[2]
+
+
+class Discovery:
+    def __init__(self, core: NodeCore, link: PeerLink | None) -> None:
+        self._core = core
+        self._link = link
+        self.outbox: list[Item] = []  # without a link: foreign URLs for the driver to route
+        self._sent: set[str] = set()  # without a link: foreign URLs put in the outbox once
+
+    def discover(
+        self,
+        links: Iterable[str],
+        source: UrlTask,
+        depth: int,
+        foreign: list[Item],
+        redirects: int = 0,
+        canonical: bool = False,
+    ) -> list[Item]:
+        """Queue the in-scope links of this node's servers it has not seen, and add to `foreign`
+        those of other nodes' servers it has not sent yet; returns both, for the
+        discovered-URL log a resumed crawl reads. `redirects`: how many redirects in a row led
+        to these links (a Location header). `canonical`: the links are canonical already
+        (parse_html's), which saves joining and canonicalizing them again."""
+        core = self._core
+        if core.max_depth is not None and depth > core.max_depth:
+            return []
+        source_url = source.url
+        source_host = server_of(source_url)
+        targets: list[str] = []
+        scope = core.scope.hosts
+        for link in links:
+            try:
+                url = link if canonical else canonical_url(urljoin(source_url, link))
+                url = core.strip_params(url)
+            except ValueError:  # BadUrl, or what urljoin cannot parse (a Location "http://[::1")
+                continue
+            if server_of(url) in scope:
+                targets.append(url)
+        core.observe_page(source_url, targets)
+        new: list[Item] = []
+        with core.lock:
+            for url in targets:
+                host = server_of(url)
+                server = core.servers.get(host)
+                if server is not None:
+                    if url in server.seen:
+                        continue
+                    # Depth inside the server: from where the crawl entered it.
+                    host_depth = source.host_depth + 1 if host == source_host else 0
+                    core.queue(
+                        server, UrlTask(url, depth, quality=core.score(url), host_depth=host_depth)
+                    )
+                    if redirects:
+                        server.redirects[url] = redirects
+                elif self._link is None:
+                    # No shared filter: the node remembers the foreign URLs it found, so each
+                    # is sent to its owner once.
+                    if url in self._sent:
+                        continue
+                    self._sent.add(url)
+                    foreign.append((url, depth))
+                elif self._link.admit(url):
+                    foreign.append((url, depth))
+                else:
+                    continue  # the dedup cache knows it was sent
+                new.append((url, depth))
+            if new:
+                core.changed()
+        return new
+
+    def send_foreign(self, items: list[Item]) -> None:
+        """Sent only once their `discovered` rows are recorded: a takeover flushes the live
+        nodes' rows, then finds there every URL a dead node had been sent."""
+        if not items:
+            return
+        if self._link is not None:
+            self._link.send(items)
+        else:
+            with self._core.lock:
+                self.outbox += items
+
+    def take_outbox(self) -> list[Item]:
+        with self._core.lock:
+            outbox, self.outbox = self.outbox, []
+            return outbox
+
+    def queue_sitemap_entries(self, server: ServerState, entries: list[SitemapEntry]) -> list[Item]:
+        """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,
+        put the known URLs whose `lastmod` is newer than their last visit before all others
+        (queued now if the budget had left them out). Returns the URLs added."""
+        core = self._core
+        revisits = core.revisits
+        added: list[Item] = []
+        raised: set[str] = set()
+        with core.lock:
+            for entry in entries:
+                try:
+                    url = core.strip_params(canonical_url(entry.url))
+                except ValueError:
+                    continue
+                if host_key(url) != server.host:
+                    continue
+                boost = 0.0
+                if revisits is not None and revisits.changed_since(url, entry.lastmod):
+                    raised.add(url)
+                    boost = 1.0
+                # A known URL the recrawl did not seed (a page budget left it out) comes in only
+                # when its lastmod says it changed.
+                known = revisits is not None and revisits.known(url) is not None
+                if url not in server.seen and (boost or not known):
+                    task = UrlTask(url, 0, quality=core.score(url) + boost, urgent=bool(boost))
+                    core.queue(server, task)
+                    added.append((url, 0))
+            if raised:
+                # Re-ranked in place: the server is ours (busy) and its count does not change.
+                tasks = server.queue.drain()
+                for task in tasks:
+                    if task.url in raised:
+                        task.quality = core.score(task.url) + 1.0
+                        task.urgent = True
+                    server.queue.push(task)
+            if added:
+                core.changed()
+        return added

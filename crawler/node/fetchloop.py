@@ -1,0 +1,354 @@
+"""The fetch loop: each worker thread is one of the node's connections. It takes the best
+server the frontier offers, makes up to P(s,i) requests to it over that server's keep-alive
+session at the pace its rate controller allows, and gives it back.
+
+Read top-down: `work` (one thread), `serve` (one connection), `fetch` (one URL); then what a
+connection needs besides pages (the address check, robots.txt, sitemaps) and the pieces the
+steps share.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from crawler.addresses import AddressGuard, AddressRefused
+from crawler.fetcher import FetchResult, ServerSession
+from crawler.node.core import NodeCore
+from crawler.node.discovery import Discovery
+from crawler.node.handover import Handover
+from crawler.node.outcome import outcome_of
+from crawler.node.recorder import Recorder
+from crawler.politeness import RetryPolicy, RobotsRules, parse_retry_after
+from crawler.ratecontrol import make_in_flight_limit
+from crawler.server import ServerState
+from crawler.sitemaps import read_sitemaps, sitemap_urls
+from crawler.traps import content_shape, url_family
+from crawler.urlqueue import UrlTask
+from storage.outcomes import DEADLINE, ErrorClass, FetchError, family_errors
+
+logger = logging.getLogger(__name__)
+# A worker holding a server sleeps until its next request only if that is this close; a longer
+# wait gives the connection slot to another server (politeness must not idle the node).
+LINGER_S = 0.25
+
+
+class FetchLoop:
+    def __init__(
+        self,
+        core: NodeCore,
+        recorder: Recorder,
+        discovery: Discovery,
+        handover: Handover,
+        allow_private: bool,
+    ) -> None:
+        self._core = core
+        self._recorder = recorder
+        self._discovery = discovery
+        self._handover = handover
+        self._guard = AddressGuard(allow_private)
+        self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
+        # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
+        self._in_flight = make_in_flight_limit(
+            core.config.rate_control, core.config.max_connections, time.monotonic()
+        )
+
+    # ---- one thread, one connection, one URL --------------------------------------------------
+
+    def work(self) -> None:
+        """A worker thread, until the node stops."""
+        core = self._core
+        while True:
+            with core.lock:
+                if core.stopping:
+                    return
+                server = core.frontier.acquire(time.monotonic()) if core.budget > 0 else None
+                if server is None:
+                    # Without page budget only a grant (which notifies) can bring work.
+                    core.lock.wait(timeout=self._idle_wait() if core.budget > 0 else 0.5)
+                    continue
+                core.active += 1
+            try:
+                self.serve(server)
+            finally:
+                with core.lock:
+                    core.frontier.release(server)
+                    self._handover.connection_closed(server)
+                    core.active -= 1
+                    core.changed()
+
+    def serve(self, server: ServerState) -> None:
+        """One connection's worth of work on one server."""
+        core = self._core
+        user_agent = core.config.user_agent
+        session = core.sessions.setdefault(server.host, ServerSession(core.config))
+        if server.refused is not None or not self._address_ok(server, session):
+            self._fail_queued(server, FetchError(ErrorClass.ADDRESS_REFUSED, server.refused))
+            return
+        if server.robots is None and not self._load_robots(server, session):
+            return
+        for _ in range(server.batch):
+            task = self.next_task(server)
+            if task is None:
+                return
+            if not server.robots.allowed(task.url, user_agent):
+                self._refuse(server, task, FetchError(ErrorClass.ROBOTS_DISALLOWED))
+                continue
+            if core.limits.closed(task.url):
+                self._refuse(server, task, family_errors(url_family(task.url)))
+                continue
+            assert server.controller is not None
+            wait = server.controller.earliest_next() - time.monotonic()
+            if wait > LINGER_S:
+                self._put_back(server, task)
+                return
+            # Checked last: a URL put back above must not be counted twice. Retries were
+            # admitted with their first try.
+            refusal = core.limits.admit(task.url, task.host_depth) if task.attempt == 1 else None
+            if refusal is not None:
+                self._refuse(server, task, refusal)
+                continue
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                keep_connection = self.fetch(server, session, task)
+            except Exception as exc:
+                # A bug that some server's answer sets off must cost that URL, not the worker
+                # thread: a dead worker keeps its server taken and the crawl never ends.
+                logger.exception("fetching %s failed", task.url)
+                detail = f"{type(exc).__name__}: {exc}"[: 300 - len("internal_error: ")]
+                error = FetchError(ErrorClass.INTERNAL_ERROR, detail)
+                self._recorder.fetch(FetchResult(task.url, error=error), task, error)
+                with core.lock:
+                    core.counters.urls_done += 1
+                return
+            if not keep_connection:
+                return
+
+    def fetch(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
+        """Fetch one URL and act on its outcome (crawler/node/outcome.py); False when the
+        connection should end."""
+        core = self._core
+        conditional = core.revisits.conditional_headers(task.url) if core.revisits else None
+        result, retry_after = self._paced_get(server, session, task.url, conditional)
+        retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
+        with core.lock:
+            hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
+        outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.max_redirects)
+        if outcome.failed is not None and core.limits.outcome(task.url, outcome.failed):
+            self._skip_family(server, url_family(task.url))
+        if result.status == 304:
+            core.limits.credit(task.url)  # unchanged since an earlier crawl judged it
+        elif result.status is not None and core.limits.wants_shape(task.url):
+            core.limits.observe(task.url, content_shape(result.body))
+        if outcome.retry_in is not None:
+            self._recorder.fetch(result, task, outcome.error)
+            with core.lock:
+                server.retry_later(
+                    UrlTask(task.url, task.depth, task.attempt + 1),
+                    time.monotonic() + outcome.retry_in,
+                )
+            return False
+        discovered: list[tuple[str, int]] = []
+        foreign: list[tuple[str, int]] = []
+        if outcome.follow is not None:
+            discovered = self._discovery.discover(
+                [outcome.follow], task, task.depth, foreign, redirects=hops + 1
+            )
+        elif outcome.page is not None:
+            discovered = self._discovery.discover(
+                outcome.page.links, task, task.depth + 1, foreign, canonical=True
+            )
+        self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
+        self._discovery.send_foreign(foreign)
+        with core.lock:
+            core.counters.urls_done += 1
+            core.counters.pages += outcome.page is not None
+        return outcome.keep_connection
+
+    # ---- what a connection needs besides pages ----------------------------------------------
+
+    def _address_ok(self, server: ServerState, session: ServerSession) -> bool:
+        try:
+            session.pin(self._guard.check_url(f"{server.scheme}://{server.host}/"))
+        except AddressRefused as exc:
+            server.refused = str(exc)
+            return False
+        except OSError:
+            return True  # resolution failed: each fetch records its own network error
+        return True
+
+    def _load_robots(self, server: ServerState, session: ServerSession) -> bool:
+        """Fetch the server's robots.txt; False while its rules are unknown."""
+        core = self._core
+        config = core.config
+        robots_url = f"{server.scheme}://{server.host}/robots.txt"
+        self._take_slot()
+        result = session.get(robots_url)
+        self._free_slot(result)
+        with core.lock:
+            server.stats.on_response(result.status, result.rtt_s, result.headers)
+        self._recorder.fetch(result, UrlTask(robots_url, depth=0), result.error)
+        now = time.monotonic()
+        # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
+        status = None if result.cut_short else result.status
+        rules = RobotsRules.from_response(
+            status, result.body.decode("utf-8", "replace"), now, config.robots_retry_s
+        )
+        if not rules.is_unreachable:
+            server.robots = rules
+            delay = rules.crawl_delay(config.user_agent)
+            if delay:
+                assert server.controller is not None
+                server.controller.set_floor_delay(delay)
+            if config.sitemaps:
+                self._read_sitemaps(server, session)
+            return True
+        # 5xx, 429 or no answer: the rules are unknown, so nothing is fetched until they are;
+        # after as many tries as a URL gets, the server's URLs are recorded as failed.
+        server.robots_failures += 1
+        if server.robots_failures > core.config.retry.max_retries:
+            error = FetchError(ErrorClass.ROBOTS_UNAVAILABLE, f"{result.error or result.status}")
+            self._fail_queued(server, error)
+        else:
+            server.paused_until = rules.retry_at or now
+        return False
+
+    def _read_sitemaps(self, server: ServerState, session: ServerSession) -> None:
+        """The server's sitemaps (crawler/sitemaps.py), fetched over its connection at its
+        pace, seed its queue; the last sitemap fetch's row carries the URLs they added."""
+        core = self._core
+        assert server.robots is not None and server.controller is not None
+        controller = server.controller
+        fetched: list[FetchResult] = []
+
+        def fetch(url: str) -> FetchResult:
+            if core.stopping:  # the deadline or the end of the crawl: no more sitemaps
+                return FetchResult(url, error=FetchError(ErrorClass.STOPPED))
+            if not server.robots or not server.robots.allowed(url, core.config.user_agent):
+                return FetchResult(url, error=FetchError(ErrorClass.ROBOTS_DISALLOWED))
+            wait = controller.earliest_next() - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            result, _ = self._paced_get(server, session, url)
+            fetched.append(result)
+            return result
+
+        origin = f"{server.scheme}://{server.host}"
+        entries = read_sitemaps(server.host, sitemap_urls(origin, server.robots.sitemaps), fetch)
+        added = self._discovery.queue_sitemap_entries(server, entries)
+        for number, result in enumerate(fetched, 1):
+            last = number == len(fetched)
+            task = UrlTask(result.url, depth=0)
+            self._recorder.fetch(result, task, result.error, None, added if last else None)
+
+    # ---- shared steps -----------------------------------------------------------------------
+
+    def next_task(self, server: ServerState) -> UrlTask | None:
+        core = self._core
+        with core.lock:
+            if core.stopping or server.host in self._handover.leaving:
+                return None
+            task = server.next_task(time.monotonic(), new_allowed=core.budget > 0)
+            if task is not None and task.attempt == 1:
+                core.budget -= 1
+            return task
+
+    def _put_back(self, server: ServerState, task: UrlTask) -> None:
+        with self._core.lock:
+            server.put_back(task)
+            if task.attempt == 1:
+                self._core.budget += 1
+
+    def _idle_wait(self) -> float:
+        ready = self._core.frontier.next_ready_time()
+        if ready is None:
+            return 0.5
+        return min(0.5, max(0.001, ready - time.monotonic()))
+
+    def _take_slot(self) -> None:
+        """Wait until the node's in-flight limit (mode "rtt") lets one more request go."""
+        if self._in_flight is None:
+            return
+        core = self._core
+        with core.lock:
+            while not self._in_flight.may_start() and not core.stopping:
+                core.lock.wait(timeout=0.05)
+            self._in_flight.start()
+
+    def _free_slot(self, result: FetchResult) -> None:
+        if self._in_flight is None:
+            return
+        with self._core.lock:
+            self._in_flight.finish(time.monotonic(), result.rtt_s or 0.0, result.status)
+            self._core.lock.notify_all()
+
+    def _paced_get(
+        self,
+        server: ServerState,
+        session: ServerSession,
+        url: str,
+        conditional: dict[str, str] | None = None,
+    ) -> tuple[FetchResult, float | None]:
+        """One request, counted by the in-flight limit and the server's rate controller (so
+        the next one waits its turn); returns the result and its `Retry-After`, if any."""
+        core = self._core
+        controller = server.controller
+        assert controller is not None
+        self._take_slot()
+        started = time.monotonic()
+        with core.lock:
+            controller.on_request_start(started)
+        result = session.get(url, conditional)
+        self._free_slot(result)
+        now = time.monotonic()
+        retry_after = parse_retry_after(
+            result.headers.get("retry-after"), time.time(), core.config.retry.retry_after_max_s
+        )
+        with core.lock:
+            controller.on_response(now, result.rtt_s or (now - started), result.status, retry_after)
+            server.stats.on_response(result.status, result.rtt_s, result.headers)
+            core.touched.add(server.host)
+        return result, retry_after
+
+    # ---- URLs not fetched -------------------------------------------------------------------
+
+    def _refuse(self, server: ServerState, task: UrlTask, error: FetchError) -> None:
+        """Record a URL that is not fetched (robots.txt, a limit): one row, budget returned."""
+        self._recorder.fetch(FetchResult(task.url, error=error), task, error)
+        core = self._core
+        with core.lock:
+            core.budget += 1  # nothing was fetched: the page budget is not spent
+            core.counters.urls_done += 1
+            server.redirects.pop(task.url, None)
+
+    def _fail_queued(self, server: ServerState, error: FetchError) -> None:
+        """Record every URL queued for a server that cannot be crawled as failed."""
+        core = self._core
+        with core.lock:
+            tasks = server.drain()
+        for task in tasks:
+            self._recorder.fetch(FetchResult(task.url, error=error), task, error)
+        with core.lock:
+            core.counters.urls_done += len(tasks)
+
+    def _skip_family(self, server: ServerState, family: str) -> None:
+        """A family of the server kept failing: its queued URLs are recorded as skipped, in
+        one go (a page of 100,000 dead links costs a few requests and one batch of rows)."""
+        with self._core.lock:
+            tasks = server.drain_family(family)
+        self.record_skipped(tasks, family_errors(family))
+
+    def record_skipped(self, tasks: list[UrlTask], error: FetchError = DEADLINE) -> None:
+        """Rows for URLs not fetched (the deadline, a failing family), as one batch."""
+        if not tasks:
+            return
+        self._recorder.skipped(tasks, error)
+        core = self._core
+        with core.lock:
+            for task in tasks:
+                if (server := core.servers.get(task.url.split("/", 3)[2])) is not None:
+                    server.redirects.pop(task.url, None)
+            core.counters.urls_done += len(tasks)
+            core.counters.activity += 1

@@ -1,0 +1,140 @@
+"""The node's output: typed rows (storage/schema.py) for every attempt, written in committed
+batches (storage/writer.py), with the WARC record of each answer when asked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from crawler.archive import exchange_of
+from crawler.fetcher import FetchResult
+from crawler.links import ParsedPage
+from crawler.node.core import NodeCore
+from crawler.server import Item
+from crawler.urlqueue import UrlTask
+from crawler.urls import host_key
+from storage.outcomes import FetchError
+from storage.schema import COMMITTED_DATASETS, DATASETS, DiscoveredRow, FetchRow, PageRow
+from storage.warc import WarcBatchWriter
+from storage.writer import CommitGroupWriter
+
+
+class Recorder:
+    """Counts what it writes in the node's `fetches` counter."""
+
+    def __init__(self, core: NodeCore, crawl_dir: Path) -> None:
+        self._core = core
+        self.node_id = node_id = core.node_id
+        self.crawl_id = core.crawl_id
+        self._revisits = core.revisits
+        config = core.config
+        self._warc = config.warc
+        # Fetches last: a batch counts once its fetches file exists (see CommitGroupWriter).
+        self.output = CommitGroupWriter(
+            {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
+            prefix=node_id,
+            batch_rows=config.write_batch_rows,
+            interval_s=config.write_interval_s,
+            archive=WarcBatchWriter(crawl_dir) if config.warc else None,
+        )
+
+    def fetch(
+        self,
+        result: FetchResult,
+        task: UrlTask,
+        error: FetchError | None,
+        page: ParsedPage | None = None,
+        discovered: list[Item] | None = None,
+    ) -> None:
+        """Write one attempt's rows; a fetch, its page and the links found on it always land in
+        the same batch, so a crash never keeps a page while losing its links. A 304 stands for
+        the earlier capture: its row carries that capture's digest, and the validators it
+        confirmed unless it sent new ones."""
+        fetch_time = datetime.now(UTC)
+        earlier = self._revisits.known(result.url) if self._revisits else None
+        if result.status != 304:
+            earlier = None
+        fetch_row: FetchRow = {
+            "crawl_id": self.crawl_id,
+            "url": result.url,
+            "url_host_name": host_key(result.url),
+            "url_path": urlsplit(result.url).path,
+            "fetch_time": fetch_time,
+            "fetch_status": result.status,
+            "fetch_redirect": result.headers.get("location"),
+            "error": None if error is None else str(error),
+            "content_mime_type": result.mime_type,
+            "content_charset": result.charset,
+            "content_length": len(result.body) if result.status is not None else None,
+            "content_digest": earlier.digest if earlier else result.digest,
+            "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
+            "node_id": self.node_id,
+            "depth": task.depth,
+            "attempt": task.attempt,
+            "etag": result.headers.get("etag") or (earlier.etag if earlier else None),
+            "last_modified": result.headers.get("last-modified")
+            or (earlier.last_modified if earlier else None),
+        }
+        page_rows: list[PageRow] = []
+        if page is not None:
+            page_rows.append(
+                {
+                    "crawl_id": self.crawl_id,
+                    "url": result.url,
+                    "url_host_name": host_key(result.url),
+                    "fetch_time": fetch_time,
+                    "content_digest": result.digest,
+                    "content_length": len(result.body),
+                    "title": page.title,
+                    "outlink_count": len(page.links),
+                    "depth": task.depth,
+                    "node_id": self.node_id,
+                    "content": result.text,
+                }
+            )
+        discovered_rows: list[DiscoveredRow] = [
+            {"crawl_id": self.crawl_id, "url": url, "depth": depth, "node_id": self.node_id}
+            for url, depth in discovered or []
+        ]
+        self.output.record(
+            {"discovered": discovered_rows, "pages": page_rows, "fetches": [fetch_row]},
+            exchange_of(result, fetch_time, earlier) if self._warc else None,
+        )
+        with self._core.lock:
+            self._core.counters.fetches += 1
+
+    def skipped(self, tasks: list[UrlTask], error: FetchError) -> None:
+        """One fetches row per URL not fetched, written as one batch."""
+        now = datetime.now(UTC)
+        rows: list[FetchRow] = []
+        for task in tasks:
+            parts = urlsplit(task.url)
+            rows.append(
+                {
+                    "crawl_id": self.crawl_id,
+                    "url": task.url,
+                    "url_host_name": parts.netloc,
+                    "url_path": parts.path,
+                    "fetch_time": now,
+                    "fetch_status": None,
+                    "fetch_redirect": None,
+                    "error": str(error),
+                    "content_mime_type": None,
+                    "content_charset": None,
+                    "content_length": None,
+                    "content_digest": None,
+                    "rtt_ms": None,
+                    "node_id": self.node_id,
+                    "depth": task.depth,
+                    "attempt": task.attempt,
+                    "etag": None,
+                    "last_modified": None,
+                }
+            )
+        self.output.record({"fetches": rows})
+        with self._core.lock:
+            self._core.counters.fetches += len(rows)
+
+    def flush(self) -> None:
+        self.output.flush()

@@ -1,0 +1,292 @@
+"""Congestion control per server, the default (mode "adaptive")."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from crawler.politeness import RetrySettings
+from crawler.ratecontrol.outcome import Outcome
+from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.queueing import QueueingDelay
+from crawler.ratecontrol.settings import RateControlSettings
+
+# The adaptive controller takes the rate served between two bans as the host's limit when at
+# least this many pages came in between and the host was left idle (no URL queued, the node
+# late) for at most this share of the time; idle time lets a token bucket refill unseen.
+SERVED_MIN_PAGES = 8
+SERVED_MAX_IDLE_SHARE = 0.1
+# Responses in a row at the adaptive controller's ceiling, RTT below the target, with the
+# unloaded RTT known, that show a host is fast (see AdaptiveRateController).
+PROOF_SAMPLES = 4
+# The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
+# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
+RECENT_SAMPLES = 32
+UNLOADED_HISTORY = 64
+# Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
+# ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
+UNLOADED_DUTY_MARGIN = 1.25
+
+
+class AdaptiveRateController(PacedController):
+    """Congestion control per host; the default, because it needs no limit from the user.
+
+    The state is a request rate r (1/delay). Two signals brake it: RTT inflation (queueing:
+    a server that slows down instead of refusing, most of the web) and bans (429/503: loss).
+
+    Delay side (`QueueingDelay`): with U the unloaded RTT and R the current RTT (interquartile
+    means of log RTT), the inflation R/U is what the controller steers: to `rtt_target`
+    (1.42), the middle of the band between the RTT of an idle server (1x) and the 1.5x that
+    politeness allows, as close to 1.5x as U's error (a few percent) leaves room for. Queueing
+    under `rtt_noise_s` (R - U) reads as none: on fast hosts that much is the client's own
+    scheduling jitter.
+
+    - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
+      `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests):
+      the connection is busy at most 1/(1 + f) of the time, and the RTTs of requests sent
+      that idle are unloaded ones; `base_samples` of them make U known. The host shows it is
+      fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the ceiling or
+      more kept R/U under the target: its RTT did not inflate as the rate grew to the
+      ceiling. Then only the signals below bound r.
+    - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
+      (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
+      has risen by half the target's distance from U over its value at the ceiling (as
+      HyStart ends TCP's on a rise of delay).
+    - Then, per clean response, r *= (rtt_target / (R/U)) ** rtt_gain: a multiplicative step
+      proportional to the relative error (in logs, so a factor too fast and a factor too slow
+      weigh the same), small near the target (LEDBAT's linear controller), so r settles where
+      R = rtt_target * U without oscillating: R averages RECENT_SAMPLES responses, a lag of
+      about half of them, and a step of a few percent per response at most turns r by much
+      less than that lag can overshoot. Per response, not per second, so a slow host is not
+      outrun. After a ban the loss side below sets the pace, and queueing brakes only from
+      R/U = 2 * rtt_target - 1 (twice the target's distance from U).
+
+    Loss side (token buckets answering 429/503):
+
+    - A ban at rate r_b pauses the host for its Retry-After (or, from the second ban in a
+      row, backoff) and sets a new target T; r drops to min(r, r_b) * ban_backoff, and never
+      above T. The first ban, which ends slow start, backs off twice as far (ban_backoff**2):
+      slow start runs past a token bucket's rate until the burst allowance is spent, by a
+      factor of 2**(burst seconds / doubling time), 3-4x for one second of burst.
+    - The target. A token bucket is empty at every ban, so the pages served between two bans
+      over the time between them (the served rate) are a lower bound of its rate, and a tight
+      one when the host was kept busy: with the bucket refilled in the pause and drained
+      again, nearly every token of the interval was used. So after the second and later bans
+      T = served_target_share * served rate, "measured", when at least SERVED_MIN_PAGES pages
+      came in between and the host sat idle (nothing queued, the node late) for at most
+      SERVED_MAX_IDLE_SHARE of the time (idle time refills the bucket unseen). After a ban
+      that ends a probe from a measured target, the last target that held (see probing) is
+      a floor: the served rate then also counts the time spent below the limit. Otherwise
+      (the first ban, or an idle host) only the ban rate says something: T =
+      ban_target_share * W with W = r_b after a probe that held, else CUBIC's "fast
+      convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
+    - Afterwards r approaches T from below: each clean response closes `approach_gain` of the
+      gap, fast when far, cautious near it.
+    - Every `probe_every` clean responses in a row, T is raised by `probe_step`, doubling the
+      step each time (a convex probe in case the limit is higher or has risen); a ban resets
+      the step.
+
+    r stays within [1/max_delay, 1/max(min_delay, Crawl-delay, SRTT, the ceilings above)]:
+    with requests in sequence a delay below the fetch time gains nothing, and letting r run
+    past the floor would only wind it up. Crawl-delay and Request-rate always win. What it
+    achieves on simulated and websim servers is in README.md (Rate control).
+    """
+
+    ban_grace = 1  # the first ban already slows down
+
+    def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
+        super().__init__(settings, retry, now)
+        self.rate = 1.0 / settings.initial_delay_s
+        self.target: float | None = None  # requests/s to settle at after a ban; None before
+        self.queueing = QueueingDelay(
+            UNLOADED_DUTY_MARGIN / (1.0 + settings.unproven_delay_factor),
+            settings.base_samples,
+            UNLOADED_HISTORY,
+            RECENT_SAMPLES,
+        )
+        self.slow_start = True
+        self.proven_fast = False
+        # The current RTT when the ceiling lifted: what slow start measures its rise against.
+        self._ceiling_rtt: float | None = None
+        self._proof_streak = 0
+        # Whether the rate held at the target for `probe_every` clean responses since the
+        # last ban, i.e. the target has been confirmed by experience.
+        self._held = False
+        self._held_target: float | None = None  # the last target that held
+        # Whether the target descends from a measured served rate (by probes that held).
+        self._measured = False
+        self._last_ban_at: float | None = None
+        self._pages_since_ban = 0
+        # Seconds since the last ban that the host could have been sent a request and was not
+        # (no URL queued, the node busy elsewhere), and when the current such wait began.
+        self._idle_since_ban = 0.0
+        self._ready_at: float | None = None
+        self._rate_at_start = self.rate
+        # Start-to-start gaps of the last two requests: the rate the server actually saw.
+        self._last_gaps: deque[float] = deque(maxlen=2)
+        self._duty_at_start = 0.0
+        self._clean_streak = 0
+        self._probe = settings.probe_step
+
+    @property
+    def delay_s(self) -> float:
+        return 1.0 / self.rate
+
+    def _ceiling_delay(self) -> float:
+        """The shortest delay the unknown-host ceilings allow (0 once shown fast)."""
+        srtt = self.rtt.srtt
+        if srtt is None or self.proven_fast:
+            return 0.0
+        return srtt * (1.0 + self.settings.unproven_delay_factor)
+
+    def _max_rate(self) -> float:
+        fastest = max(
+            self.settings.min_delay_s, self.floor_s, self.rtt.srtt or 0.0, self._ceiling_delay()
+        )
+        return math.inf if fastest <= 0 else 1.0 / fastest
+
+    def _set_rate(self, rate: float) -> None:
+        self.rate = min(self._max_rate(), max(1.0 / self.settings.max_delay_s, rate))
+
+    def on_request_start(self, now: float) -> None:
+        if self._ready_at is not None:
+            self._idle_since_ban += max(0.0, now - self._ready_at)
+            self._ready_at = None
+        if self.last_start is not None:
+            self._last_gaps.append(max(now - self.last_start, 1e-9))
+        # The share of the time the connection is busy, from the RTT expected now and the
+        # rate over the last two gaps (a queue drains gradually, one long gap is not enough).
+        seen_rate = len(self._last_gaps) / sum(self._last_gaps) if self._last_gaps else 0.0
+        self._duty_at_start = seen_rate * (self.rtt.srtt or 0.0)
+        super().on_request_start(now)
+        # The rate the server sees: our pacing, or the fetch time when that is longer.
+        self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
+
+    def on_response(
+        self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
+    ) -> None:
+        super().on_response(now, rtt_s, status, retry_after_s)
+        # From here until the next start, waiting beyond our own pacing (and pauses) is idle.
+        self._ready_at = max(now, self.earliest_next())
+
+    def _observe_rtt(self, now: float, rtt_s: float) -> None:
+        # The busy share from the RTT expected before this answer: judged by its own RTT, the
+        # fast answers would pass as unloaded and the slow ones not.
+        self.queueing.observe(rtt_s, self._duty_at_start)
+        super()._observe_rtt(now, rtt_s)
+
+    def inflation(self) -> float | None:
+        """R/U, the RTT inflation (see the class notes); None until U is known."""
+        unloaded, current = self.queueing.unloaded_s, self.queueing.current_s
+        if not self.queueing.known or unloaded is None or current is None:
+            return None
+        if current - unloaded < self.settings.rtt_noise_s:
+            return 1.0
+        return current / unloaded
+
+    def _target_after_ban(self, now: float) -> tuple[float, bool]:
+        """The rate to settle at after a ban, and whether it was measured (see the class
+        notes)."""
+        cfg = self.settings
+        banned_at = self._rate_at_start
+        # The ban ends a probe: the rate had held just below banned_at.
+        estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
+        elapsed = 0.0 if self._last_ban_at is None else now - self._last_ban_at
+        if elapsed <= 0 or self._pages_since_ban < SERVED_MIN_PAGES:
+            return cfg.ban_target_share * estimate, False
+        served = min(banned_at, self._pages_since_ban / elapsed)
+        if self._idle_since_ban > SERVED_MAX_IDLE_SHARE * elapsed:
+            return cfg.ban_target_share * max(estimate, served), False
+        if self._held and self._measured and self._held_target is not None:
+            served = max(served, self._held_target)
+        return cfg.served_target_share * served, True
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        cfg = self.settings
+        if outcome is Outcome.BAN:
+            # Slow start runs past a token bucket's rate until the burst is spent, by a factor
+            # of 2**(burst seconds / doubling time): its end backs off twice as far.
+            backoff = cfg.ban_backoff if self.target is not None else cfg.ban_backoff**2
+            self.target, self._measured = self._target_after_ban(now)
+            self.slow_start = False
+            self._held = False
+            self._last_ban_at = now
+            self._pages_since_ban = 0
+            self._idle_since_ban = 0.0
+            # Never above the new target: when the served rate showed that the limit is below
+            # half the banned rate, halving alone would still be too fast.
+            backed_off = min(self.rate, self._rate_at_start) * backoff
+            self._set_rate(min(backed_off, self.target))
+            self._clean_streak = 0
+            self._probe = cfg.probe_step
+            return
+        if outcome is Outcome.ERROR:
+            return  # no growth on failures; runs of them pause the host (shared layer)
+        self._pages_since_ban += 1
+        inflation = self.inflation()
+        self._check_proof(inflation)
+        # The relative error, in logs: up as fast as down for the same factor off the target.
+        error = math.log(cfg.rtt_target / (1.0 if inflation is None else inflation))
+        step = math.exp(cfg.rtt_gain * error)
+        # Queueing above the target brakes. Once bans have given a target, the server has said
+        # how fast it wants to be asked, and only strong queueing (at twice the target's
+        # distance from U) brakes: on a noisy rate-limited host milder readings are mostly
+        # noise.
+        strong = 2.0 * cfg.rtt_target - 1.0
+        if inflation is not None and error < 0 and (self.target is None or inflation >= strong):
+            self.slow_start = False
+            self._clean_streak = 0
+            self._set_rate(self.rate * step)
+            return
+        if self.slow_start:
+            # Ends halfway to the target (as HyStart ends TCP's on the first rise of delay):
+            # the RTT measured lags the rate by the samples it averages, and doubling up to the
+            # target itself would overshoot it.
+            if not self._rtt_rose():
+                self._set_rate(
+                    self.rate * 2.0 ** (self.current_delay() / cfg.slow_start_doubling_s)
+                )
+                return
+            self.slow_start = False
+        if self.target is None:  # no ban yet: the delay signal alone sets the pace
+            self._set_rate(self.rate * step)
+            return
+        if self.rate < self.target:
+            self._set_rate(self.rate + (self.target - self.rate) * cfg.approach_gain)
+        self._clean_streak += 1
+        if self._clean_streak >= cfg.probe_every:
+            self._clean_streak = 0
+            self._held = True
+            self._held_target = self.target
+            self.target *= 1.0 + self._probe
+            self._probe = min(1.0, 2.0 * self._probe)
+
+    def _rtt_rose(self) -> bool:
+        """Whether the RTT has risen enough to end slow start: by half the target's distance
+        from U over its value when the ceiling lifted (as HyStart ends TCP's slow start on a
+        rise of delay, not a level). From the ceiling's RTT, because U errs low on servers with
+        more than one worker, where that RTT is still unloaded; half, because the RTT measured
+        lags the rate by the samples it averages."""
+        unloaded, current = self.queueing.unloaded_s, self.queueing.current_s
+        if not self.queueing.known or unloaded is None or current is None:
+            return False
+        base = max(unloaded, self._ceiling_rtt or 0.0)
+        halfway = (self.settings.rtt_target - 1.0) / 2.0 * unloaded
+        return current - base >= max(self.settings.rtt_noise_s, halfway)
+
+    def _check_proof(self, inflation: float | None) -> None:
+        """Count responses that show the host is fast: sent near the ceiling, RTT not inflated."""
+        if self.proven_fast or inflation is None:
+            return
+        ceiling = self._ceiling_delay()
+        near_ceiling = ceiling > 0 and 1.0 / self._rate_at_start <= ceiling / 0.9
+        if near_ceiling and inflation < self.settings.rtt_target:
+            self._proof_streak += 1
+            self.proven_fast = self._proof_streak >= PROOF_SAMPLES
+            if self.proven_fast:
+                self._ceiling_rtt = self.queueing.current_s
+        else:
+            self._proof_streak = 0
+
+    def target_ppm(self) -> float | None:
+        return None if self.target is None else 60.0 * self.target

@@ -1,0 +1,28 @@
+"""A constant delay (mode "fixed"): the baseline the feedback controllers are measured against."""
+
+from __future__ import annotations
+
+from crawler.politeness import RetrySettings
+from crawler.ratecontrol.outcome import Outcome
+from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.settings import RateControlSettings
+
+
+class FixedDelayController(PacedController):
+    """`fixed_delay_s` from one start to the next, else 60 / `target_ppm`."""
+
+    def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
+        super().__init__(settings, retry, now)
+        if settings.fixed_delay_s is not None:
+            self._delay = settings.fixed_delay_s
+        elif settings.target_ppm is not None:
+            self._delay = 60.0 / settings.target_ppm
+        else:
+            raise ValueError("rate_control: mode 'fixed' needs fixed_delay_s or target_ppm")
+
+    @property
+    def delay_s(self) -> float:
+        return self._delay
+
+    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+        return None  # nothing adapts; the shared layer already paused on bans

@@ -1,0 +1,129 @@
+"""The node's pure parts, without a server: what a fetch comes to (crawler/node/outcome.py),
+the rows it writes against their Parquet schemas, the error classes' stable strings, and a
+server's state moving between nodes whole."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from crawler.config import CrawlConfig
+from crawler.fetcher import FetchResult
+from crawler.node import CrawlerNode
+from crawler.node.outcome import outcome_of
+from crawler.urlqueue import UrlTask
+from storage.outcomes import (
+    DEADLINE,
+    ErrorClass,
+    FetchError,
+    family_errors,
+    is_final,
+    is_retryable,
+)
+from storage.schema import DATASETS, ROW_TYPES
+
+URL = "http://a.example/page"
+HTML = {"content-type": "text/html; charset=utf-8"}
+
+
+def result(status: int | None, error: FetchError | None = None, **headers: str) -> FetchResult:
+    body = b'<html><title>T</title><a href="/next">n</a><a href="http://b.example/">b</a>'
+    return FetchResult(URL, status=status, error=error, headers={**HTML, **headers}, body=body)
+
+
+def test_a_page_gives_its_title_and_canonical_links_and_keeps_the_connection():
+    outcome = outcome_of(result(200), attempt=1, retry_in=None, hops=0, max_redirects=10)
+    assert outcome.error is None and outcome.failed is False and outcome.keep_connection
+    assert outcome.page is not None and outcome.page.title == "T"
+    assert outcome.page.links == ["http://a.example/next", "http://b.example/"]
+
+
+def test_a_retry_ends_the_connection_and_is_no_failure_yet():
+    timeout = FetchError(ErrorClass.READ_TIMEOUT, "slow")
+    outcome = outcome_of(result(None, timeout), attempt=1, retry_in=2.5, hops=0, max_redirects=10)
+    assert (outcome.retry_in, outcome.failed, outcome.keep_connection) == (2.5, None, False)
+    assert outcome.error == timeout and outcome.page is None
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "row_error"),
+    [
+        (503, None, "gave_up: 503 after 4 tries"),
+        (
+            None,
+            FetchError(ErrorClass.CONNECT_TIMEOUT, "x"),
+            "gave_up: connect_timeout: x after 4 tries",
+        ),
+    ],
+)
+def test_the_last_try_of_a_url_that_kept_failing_is_given_up(status, error, row_error):
+    outcome = outcome_of(result(status, error), attempt=4, retry_in=None, hops=0, max_redirects=3)
+    assert str(outcome.error) == row_error
+    assert outcome.failed is True and outcome.retry_in is None and outcome.page is None
+    assert is_final(status, str(outcome.error))
+
+
+def test_dead_links_count_against_their_family_and_other_errors_do_not():
+    assert outcome_of(result(404), 1, None, 0, 10).failed is True
+    assert outcome_of(result(410), 1, None, 0, 10).failed is True
+    assert outcome_of(result(403), 1, None, 0, 10).failed is False
+    not_html = FetchError(ErrorClass.NOT_HTML, "binary")
+    assert outcome_of(result(200, not_html), 1, None, 0, 10).failed is False
+
+
+def test_a_redirect_is_followed_until_max_redirects_in_a_row():
+    moved = result(301, location="/there")
+    outcome = outcome_of(moved, attempt=1, retry_in=None, hops=2, max_redirects=3)
+    assert outcome.follow == "/there" and outcome.error is None and outcome.page is None
+    outcome = outcome_of(moved, attempt=1, retry_in=None, hops=3, max_redirects=3)
+    assert outcome.follow is None
+    assert str(outcome.error) == "too_many_redirects: 3 in a row, not to /there"
+    assert outcome_of(result(302), 1, None, 0, 3).follow is None  # no Location
+
+
+def test_a_connection_the_server_closes_is_not_kept():
+    assert not outcome_of(result(200, connection="close"), 1, None, 0, 10).keep_connection
+
+
+def test_error_strings_are_the_stable_output():
+    assert str(DEADLINE) == "skipped: deadline"
+    assert str(family_errors("/cal/*/")) == "skipped: pattern_errors: /cal/*/"
+    assert str(FetchError(ErrorClass.ROBOTS_DISALLOWED)) == "robots_disallowed"
+    assert str(FetchError(ErrorClass.HTTP_ERROR, "")) == "http_error: "
+    assert ErrorClass.of("trap: 3 URLs like /x") is ErrorClass.TRAP
+    assert ErrorClass.of("no_such_class: x") is None and ErrorClass.of(None) is None
+    assert is_retryable(None, "read_timeout: x") and not is_retryable(None, "trap: x")
+    assert not is_final(503, None) and is_final(503, "gave_up: 503 after 4 tries")
+
+
+def test_each_row_type_has_exactly_its_datasets_columns():
+    for name, row_type in ROW_TYPES.items():
+        assert list(row_type.__annotations__) == DATASETS[name].names, name
+
+
+def test_a_server_moves_between_nodes_whole(tmp_path):
+    """Pickled as Ray would: its queue (with each URL's depth inside the server), seen set,
+    redirect hops and limit counts arrive; the sender forgets it."""
+    host = "127.0.0.1:9"  # loopback, nothing listens: the nodes are never started
+    config = CrawlConfig()
+    sender = CrawlerNode("node-0", "c", str(tmp_path), config, [host], [host], True, None)
+    receiver = CrawlerNode("node-1", "c", str(tmp_path), config, [], [host], True, None)
+    sender.add_urls([(f"http://{host}/a", 0)])
+    source = UrlTask(f"http://{host}/a", 0, host_depth=2)
+    found = sender.discovery.discover([f"http://{host}/b"], source, 1, [], redirects=1)
+    assert found == [(f"http://{host}/b", 1)]
+    assert sender.core.limits.admit(f"http://{host}/c") is None
+
+    (state,) = sender.export_hosts(want_urls=10, max_urls=10)
+    assert host not in sender.core.servers and sender.status().servers == 0
+    receiver.adopt_hosts(pickle.loads(pickle.dumps([state])))
+
+    server = receiver.core.servers[host]
+    assert server.seen == {f"http://{host}/a", f"http://{host}/b"}
+    assert server.redirects == {f"http://{host}/b": 1}
+    assert server.limits.pages == 1
+    assert receiver.core.limits.admit(f"http://{host}/d") is None
+    assert server.limits.pages == 2  # the counts that came along are the ones counted
+    tasks = {task.url: task.host_depth for task in server.queue.drain()}
+    assert tasks == {f"http://{host}/a": 0, f"http://{host}/b": 3}

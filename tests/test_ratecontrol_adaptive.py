@@ -1,0 +1,419 @@
+"""Unit tests of the adaptive controller (crawler.ratecontrol.adaptive) against simulated
+clocks and simulated servers: token buckets that answer 429, and servers that slow down.
+
+Nothing here sleeps or opens a socket: every controller takes time as an argument, and the
+servers are small event simulations driven by seeded RNGs, so every number is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+import pytest
+
+from crawler.politeness import RetrySettings
+from crawler.ratecontrol import (
+    AdaptiveRateController,
+    FixedDelayController,
+    HostRateController,
+    QueueingDelay,
+    RateControlSettings,
+    make_host_controller,
+)
+from websim.queueing import ArrivalRate, QueueingModel
+
+RETRY = RetrySettings()
+
+# ---- adaptive --------------------------------------------------------------------------------
+
+
+@dataclass
+class BucketRun:
+    ok_times: list[float]
+    ban_times: list[float]
+    elapsed_s: float
+    min_gap_s: float
+
+    @property
+    def ban_share(self) -> float:
+        return len(self.ban_times) / (len(self.ban_times) + len(self.ok_times))
+
+    def rate_between(self, start: float, end: float) -> float:
+        return sum(start <= t < end for t in self.ok_times) / (end - start)
+
+
+def run_token_bucket(
+    controller: HostRateController,
+    limit_rps: float,
+    latency_ms: float,
+    pages: int = 2000,
+    burst_s: float = 1.0,
+    retry_after: bool = True,
+    seed: int = 0,
+    limit_after: tuple[float, float] | None = None,
+) -> BucketRun:
+    """A host behind a hidden token bucket (rate `limit_rps`, capacity `burst_s` seconds of
+    tokens), answering 429 with Retry-After: ceil(seconds to the next token), like websim.
+    Latency is lognormal (sigma 0.5) around `latency_ms`; the request reaches the bucket after
+    half of it. Runs until `pages` requests succeeded; `limit_after` = (time, new limit)."""
+    rng = random.Random(seed)
+    capacity = max(1.0, limit_rps * burst_s)
+    tokens, stamp = capacity, 0.0
+    now = 0.0
+    ok_times: list[float] = []
+    ban_times: list[float] = []
+    last_start, min_gap = None, math.inf
+    mu = math.log(latency_ms / 1000)
+    while len(ok_times) < pages:
+        start = max(controller.earliest_next(), now)
+        controller.on_request_start(start)
+        if last_start is not None:
+            min_gap = min(min_gap, start - last_start)
+        last_start = start
+        rtt = math.exp(rng.gauss(mu, 0.5))
+        arrive = start + rtt / 2
+        if limit_after and arrive >= limit_after[0]:
+            limit_rps = limit_after[1]
+            capacity = max(1.0, limit_rps * burst_s)
+        tokens = min(capacity, tokens + (arrive - stamp) * limit_rps)
+        stamp = arrive
+        now = start + rtt
+        if tokens >= 1:
+            tokens -= 1
+            ok_times.append(now)
+            status, wait = 200, None
+        else:
+            ban_times.append(now)
+            status = 429
+            wait = float(max(1, math.ceil((1 - tokens) / limit_rps))) if retry_after else None
+        controller.on_response(now, rtt, status, wait)
+    return BucketRun(ok_times, ban_times, now, min_gap)
+
+
+# Latencies a single sequential connection can sustain at the limit (rate * RTT well under 1).
+BUCKET_CASES = [
+    (5, 2),
+    (5, 50),
+    (10, 10),
+    (10, 50),
+    (20, 2),
+    (20, 25),
+    (35, 2),
+    (35, 10),
+    (50, 2),
+    (50, 10),
+]
+
+
+@pytest.mark.parametrize(("limit", "latency_ms"), BUCKET_CASES)
+def test_adaptive_converges_under_a_hidden_token_bucket(limit: float, latency_ms: float) -> None:
+    controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+    run = run_token_bucket(controller, limit, latency_ms)
+    assert run.ban_share <= 0.01
+    achieved = 2000 / run.elapsed_s
+    assert achieved >= 0.8 * limit
+    assert run.elapsed_s <= 1.25 * 2000 / limit
+    # Converged: the second half runs close to the limit (a full bucket allows a little more).
+    half = run.elapsed_s / 2
+    assert 0.85 * limit <= run.rate_between(half, run.elapsed_s) <= 1.1 * limit
+
+
+@pytest.mark.parametrize(("limit", "latency_ms"), BUCKET_CASES)
+def test_adaptive_small_host_costs_at_most_two_bans(limit: float, latency_ms: float) -> None:
+    # One ban ends slow start, the next one measures the rate: a host of 300 pages (which
+    # websim's Zipf sizes make common) must not pay a third.
+    controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+    run = run_token_bucket(controller, limit, latency_ms, pages=300)
+    assert len(run.ban_times) <= 2
+    # The start costs a few seconds on slow-answering hosts: the ceiling holds (the connection
+    # busy at most 1/6 of the time) until the unloaded RTT is learnt and the host has shown
+    # it is fast.
+    assert run.elapsed_s <= 1.35 * 300 / limit
+
+
+def clean_responses(
+    controller: AdaptiveRateController, now: float, count: int, rtt: float = 0.001
+) -> float:
+    """`count` 200 answers sent as soon as allowed; returns the time of the last one."""
+    for _ in range(count):
+        start = max(now, controller.earliest_next())
+        controller.on_request_start(start)
+        now = start + rtt
+        controller.on_response(now, rtt, 200, None)
+    return now
+
+
+def ban(controller: AdaptiveRateController, now: float, start_delay: float = 0.0) -> float:
+    start = max(now, controller.earliest_next()) + start_delay
+    controller.on_request_start(start)
+    controller.on_response(start + 0.001, 0.001, 429, 1.0)
+    return start + 0.001
+
+
+def test_adaptive_first_ban_backs_off_to_a_quarter() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = clean_responses(controller, 0.0, 12)
+    banned_at = controller.rate
+    ban(controller, now)
+    assert controller.rate == pytest.approx(banned_at / 4)
+    # No measurement yet: the target is the fast-convergence guess below the ban rate.
+    assert controller.target == pytest.approx(0.92 * 0.75 * banned_at)
+
+
+def test_adaptive_second_ban_measures_the_served_rate() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = ban(controller, clean_responses(controller, 0.0, 12))
+    first_ban = now
+    now = clean_responses(controller, now, 40)
+    assert controller.rate > 10  # climbing towards the guess
+    now = ban(controller, now)
+    served = 40 / (now - first_ban)
+    assert controller.target == pytest.approx(0.97 * served)
+    assert controller.rate <= controller.target  # never above the target after a ban
+
+
+def test_adaptive_idle_host_does_not_trust_the_served_rate() -> None:
+    # The same run, but the node left the host idle for 5 s before the second ban: a bucket
+    # refills unseen meanwhile, so the served rate says little and the ban rate decides.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = ban(controller, clean_responses(controller, 0.0, 12))
+    now = clean_responses(controller, now, 40)
+    banned_at = 1.0 / max(controller.current_delay(), controller.rtt.srtt or 0.0)
+    ban(controller, now, start_delay=5.0)
+    assert controller.target == pytest.approx(0.92 * 0.75 * banned_at)
+
+
+@pytest.mark.parametrize(("burst_s", "retry_after"), [(1.0, False), (3.0, True), (3.0, False)])
+def test_adaptive_other_buckets_and_no_retry_after(burst_s: float, retry_after: bool) -> None:
+    for limit, latency_ms in [(5, 10), (20, 10), (50, 2)]:
+        controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+        run = run_token_bucket(
+            controller, limit, latency_ms, burst_s=burst_s, retry_after=retry_after
+        )
+        assert run.ban_share <= 0.01, (limit, latency_ms)
+        assert 2000 / run.elapsed_s >= 0.8 * limit, (limit, latency_ms)
+
+
+def test_adaptive_follows_a_limit_that_drops() -> None:
+    controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+    run = run_token_bucket(controller, 40, 5, pages=4000, limit_after=(30.0, 10.0))
+    assert run.ban_share <= 0.01
+    assert run.rate_between(0.0, 30.0) >= 0.8 * 40
+    assert run.rate_between(60.0, run.elapsed_s) >= 0.8 * 10
+    assert sum(t >= 60.0 for t in run.ban_times) <= 0.005 * len(run.ok_times)
+
+
+def test_adaptive_never_beats_the_crawl_delay() -> None:
+    controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+    controller.set_floor_delay(0.2)
+    run = run_token_bucket(controller, 50, 2, pages=300)
+    assert run.min_gap_s >= 0.2 - 1e-9
+    assert not run.ban_times  # 5/s is under the 50/s limit
+
+
+def test_adaptive_honours_retry_after() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    controller.on_request_start(0.0)
+    controller.on_response(0.01, 0.01, 503, 2.0)
+    assert controller.earliest_next() >= 2.01
+    assert controller.target is not None
+
+
+def test_adaptive_slow_start_ignores_idle_time() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    controller.on_request_start(0.0)
+    controller.on_response(0.01, 0.01, 200, None)
+    controller.on_request_start(3600.0)  # no URLs for an hour
+    controller.on_response(3600.01, 0.01, 200, None)
+    # Growth is per response by its own pacing (1 s at 1/s: two doublings, then 0.25 s at 4/s:
+    # half a doubling), not by the hour that passed in between.
+    assert controller.rate == pytest.approx(2**2.5)
+
+
+def test_adaptive_slows_down_when_rtt_inflates() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    # Learn a 5/s limit first, so the rate is set by the target and not by the fetch time.
+    run = run_token_bucket(controller, 5, 20, pages=400)
+    now = run.elapsed_s
+    before = controller.rate
+    assert 4.0 <= before <= 5.0
+
+    def serve(seconds: float, rtt: float) -> float:
+        nonlocal now
+        slowest = controller.rate
+        end = now + seconds
+        while now < end:
+            start = max(now, controller.earliest_next())
+            controller.on_request_start(start)
+            now = start + rtt
+            controller.on_response(now, rtt, 200, None)
+            slowest = min(slowest, controller.rate)
+        return slowest
+
+    # The server starts queueing: 100 ms answers, still well inside the 0.2 s delay.
+    assert serve(4.0, 0.100) <= 0.8 * before * 1.001
+    serve(40.0, 0.020)  # recovered: the rate comes back
+    assert controller.rate >= 0.95 * before
+
+
+def test_adaptive_network_errors_do_not_speed_up() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    rate = controller.rate
+    for i in range(5):
+        controller.on_request_start(i * 10.0)
+        controller.on_response(i * 10.0 + 5, 5.0, None, None)
+    assert controller.rate == rate
+
+
+# ---- adaptive on servers that slow down instead of refusing ---------------------------------
+
+
+class SeveralWorkers:
+    """A server with `workers` requests served at once, each in `service_s` (plus `latency_s`):
+    the shape websim does not model. One connection never makes it queue, so the response
+    time stays unloaded whatever the rate; only the M/M/1 reading of the ceiling's samples
+    would suggest otherwise."""
+
+    def __init__(self, latency_s: float, service_s: float) -> None:
+        self.unloaded_rtt_s = latency_s + service_s
+
+    def median_rtt_s(self, rate_rps: float) -> float:
+        return self.unloaded_rtt_s
+
+
+def run_degrading(
+    controller: HostRateController,
+    model: QueueingModel | SeveralWorkers,
+    pages: int = 600,
+    sigma: float = 0.25,
+    seed: int = 0,
+) -> tuple[list[float], float]:
+    """A degrading host: response time at the arrival rate it sees (websim/queueing.py's
+    `ArrivalRate`), lognormal around the model's median, never a 429. Returns the RTTs and the
+    elapsed time."""
+    rng = random.Random(seed)
+    arrivals = ArrivalRate()
+    now = 0.0
+    rtts: list[float] = []
+    while len(rtts) < pages:
+        start = max(controller.earliest_next(), now)
+        controller.on_request_start(start)
+        median = model.median_rtt_s(arrivals.arrive(start))
+        rtt = rng.lognormvariate(math.log(median), sigma)
+        now = start + rtt
+        controller.on_response(now, rtt, 200, None)
+        rtts.append(rtt)
+    return rtts, now
+
+
+DEGRADING_SEEDS = range(6)
+
+
+@pytest.mark.parametrize("capacity", [3.0, 8.0, 20.0, 40.0])
+def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
+    # The issue's goals on websim's model (M/M/1, 2 ms of network latency, response times
+    # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
+    # most 1.5x the unloaded one, and the crawl on average at least 80% as fast as one held at
+    # the rate where the RTT reaches 1.5x (no run below 75%: the unloaded RTT learnt from 16
+    # noisy samples under the ceiling sets where a run settles, 1.42x of it).
+    model = QueueingModel(0.002, capacity)
+    held_s = 600 / model.rate_at_inflation(1.5)
+    speeds = []
+    for seed in DEGRADING_SEEDS:
+        controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+        rtts, elapsed = run_degrading(controller, model, seed=seed)
+        assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
+        speeds.append(held_s / elapsed)
+    assert statistics.mean(speeds) >= 0.8
+    assert min(speeds) >= 0.75
+
+
+@pytest.mark.parametrize("capacity", [3.0, 20.0])
+def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
+    # What the delay signal prevents: requests back to back (the old adaptive default on a host
+    # that never says no) settle near rate = 1/RTT(rate), about twice the unloaded RTT.
+    model = QueueingModel(0.002, capacity)
+    controller = FixedDelayController(
+        RateControlSettings(mode="fixed", fixed_delay_s=0.0), RETRY, 0.0
+    )
+    rtts, _ = run_degrading(controller, model, pages=300)
+    assert statistics.median(rtts) >= 1.7 * model.unloaded_rtt_s
+
+
+@pytest.mark.parametrize("service_ms", [20.0, 500.0])
+def test_adaptive_goes_back_to_back_where_the_rtt_does_not_rise(service_ms: float) -> None:
+    # A server with several workers: the ceiling's samples, read as M/M/1, put U up to 1/6
+    # low, so the RTT reads as 1.17 U at any rate. That must not pass for queueing: slow start
+    # measures the rise from the ceiling's RTT, and the rate ends at the fetch time.
+    model = SeveralWorkers(0.002, service_ms / 1000)
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    rtts, _ = run_degrading(controller, model, pages=300)
+    assert controller.current_delay() == pytest.approx(controller.rtt.srtt, rel=0.05)
+    assert statistics.median(rtts[-100:]) <= 1.1 * model.unloaded_rtt_s
+
+
+def test_queueing_delay_estimates_ignore_outliers() -> None:
+    # The crawler's process descheduled on a loaded machine adds a few very slow readings;
+    # the interquartile means of log RTT must not move with them.
+    queueing = QueueingDelay(duty=0.2, samples=16, history=64, recent=16)
+    for i in range(16):
+        queueing.observe(0.050 if i % 4 else 2.0, duty=0.0)  # a quarter are stalls
+    assert queueing.known
+    assert queueing.unloaded_s == pytest.approx(0.050)
+    assert queueing.current_s == pytest.approx(0.050)
+    for _ in range(16):
+        queueing.observe(0.080, duty=0.5)  # loaded: moves the current RTT only
+    assert queueing.unloaded_s == pytest.approx(0.050)
+    assert queueing.current_s == pytest.approx(0.080)
+
+
+def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_slowed_down() -> None:
+    # The server's capacity halves mid-crawl (other clients, a slower backend): U learnt before
+    # is stale. The controller brakes to the ceiling's pace, where requests are unloaded
+    # samples again, and settles against the new U.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    fast, slow = QueueingModel(0.002, 20.0), QueueingModel(0.002, 10.0)
+    _, now = run_degrading(controller, fast, pages=300)
+    rng = random.Random(1)
+    arrivals = ArrivalRate()
+    rtts = []
+    for _ in range(600):
+        start = max(controller.earliest_next(), now)
+        controller.on_request_start(start)
+        rtt = rng.lognormvariate(math.log(slow.median_rtt_s(arrivals.arrive(start))), 0.25)
+        now = start + rtt
+        controller.on_response(now, rtt, 200, None)
+        rtts.append(rtt)
+    unloaded = controller.queueing.unloaded_s
+    assert unloaded is not None
+    assert unloaded == pytest.approx(slow.unloaded_rtt_s, rel=0.1)
+    assert statistics.median(rtts[-300:]) <= 1.5 * slow.unloaded_rtt_s
+
+
+def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:
+    config = RateControlSettings()
+    controller = AdaptiveRateController(config, RETRY, 0.0)
+    now, rtt = 0.0, 0.1
+    seen_fast = False
+    for _ in range(200):
+        start = max(now, controller.earliest_next())
+        controller.on_request_start(start)
+        now = start + rtt
+        # Before the proof: never faster than one request per (1 + 5) RTTs.
+        if not controller.proven_fast:
+            assert controller.current_delay() >= (1 + config.unproven_delay_factor) * rtt - 1e-9
+        controller.on_response(now, rtt, 200, None)
+        seen_fast = seen_fast or controller.proven_fast
+    assert seen_fast
+    # An RTT that does not inflate lets the rate grow to back to back.
+    assert controller.current_delay() == pytest.approx(rtt)
+
+
+def test_adaptive_crawl_delay_wins_over_a_fast_host() -> None:
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    controller.set_floor_delay(2.0)
+    clean_responses(controller, 0.0, 100, rtt=0.002)
+    assert controller.current_delay() == pytest.approx(2.0)
