@@ -24,7 +24,7 @@ settings.load_profile("deterministic")
 def ray_session():
     import ray
 
-    from tasks.actors import LOCAL_RAY
+    from runtime.ray_backend import LOCAL_RAY
 
     ray.init(num_cpus=2, **LOCAL_RAY)
     yield ray
