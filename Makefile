@@ -12,7 +12,7 @@ PREFECT_PORT ?= 4200
 PREFECT_API_URL ?= http://127.0.0.1:$(PREFECT_PORT)/api
 WORK_POOL := crawlflow
 
-.PHONY: install demo test lint clean server deploy worker
+.PHONY: install demo test test-fast lint clean server deploy worker
 
 install: $(STAMP)
 
@@ -28,6 +28,11 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+# The unit tests only: no Ray, no Prefect, no servers (tests marked `integration` are left out).
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m "not integration"
 
 lint: install
 	$(BIN)/ruff check .

@@ -46,7 +46,7 @@ from crawler.config import CrawlConfig
 from crawler.politeness import is_retryable
 from crawler.traps import url_family
 from crawler.urls import canonical_url, host_key
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS

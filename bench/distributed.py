@@ -60,7 +60,7 @@ from bench import results_dir
 from crawler.config import config_from_dict
 from crawler.coordinator import Progress
 from crawler.node import NodeStatus
-from runtime import FleetPlan, LoneNode, start_fleet
+from runtime.fleet import FleetPlan, LoneNode, start_fleet
 from runtime.ray_backend import LOCAL_RAY
 from websim import WebSim, WebSpec
 

@@ -37,7 +37,7 @@ from crawler.frontier import Frontier
 from crawler.quality import PageRankQuality
 from crawler.server import ServerState
 from crawler.urlqueue import UrlTask
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from websim import WebSim, WebSpec
 
 GIB = 1 << 30

@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from websim import WebSim, WebSpec
 from websim.truth import page_urls
 

@@ -47,10 +47,10 @@ from typing import Any
 
 from bench import results_dir
 from crawler.urls import host_key
-from crawlflow.demo import coverage
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 from websim.queueing import ArrivalRate
 
 NODES = 2
@@ -189,17 +189,20 @@ def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, fl
     """The real flow on local Ray; returns the crawl directory and the flow's wall time."""
     # A quiet flow log; set before Prefect is first imported.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     started = time.monotonic()
     summary = crawl(
-        seeds=[sim.hub_url],
-        allow=sim.servers,
-        allow_private=True,  # the synthetic web lives on loopback
-        nodes=NODES,
-        out_dir=str(out_dir),
-        crawl_id=f"politeness-{web}-{mode}",
-        config={"rate_control": MODES[mode]},
+        CrawlRequest(
+            seeds=[sim.hub_url],
+            allow=sim.servers,
+            allow_private=True,  # the synthetic web lives on loopback
+            nodes=NODES,
+            out_dir=str(out_dir),
+            crawl_id=f"politeness-{web}-{mode}",
+            config={"rate_control": MODES[mode]},
+        )
     )
     return Path(summary["out_dir"]), time.monotonic() - started
 

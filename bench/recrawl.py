@@ -49,7 +49,7 @@ from warcio.archiveiterator import ArchiveIterator
 from bench import results_dir
 from crawler.config import CrawlConfig
 from crawler.recrawl import start_depths, start_urls
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 

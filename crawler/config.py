@@ -163,9 +163,10 @@ class CrawlConfig(BaseModel):
         return value
 
 
-def _one_line(error: ValidationError) -> str:
+def one_line(error: ValidationError, whole: str = "config") -> str:
+    """The first problem of a validation error as `where: what` (`whole`: the model's own)."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "config"
+    where = ".".join(str(part) for part in first["loc"]) or whole
     message = first["msg"].removeprefix("Value error, ").removeprefix(f"{where}: ")
     return f"{where}: {message}"
 
@@ -174,13 +175,12 @@ def config_from_dict(data: dict[str, Any]) -> CrawlConfig:
     try:
         return CrawlConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config: {_one_line(exc)}") from None
+        raise ConfigError(f"invalid config: {one_line(exc)}") from None
 
 
-def load_config(path: str | Path | None) -> CrawlConfig:
-    """Read a TOML (`.toml`) or JSON file into a CrawlConfig; None gives the defaults."""
-    if path is None:
-        return CrawlConfig()
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a TOML (`.toml`) or JSON file, as written (validated with the request
+    they become part of)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -193,17 +193,18 @@ def load_config(path: str | Path | None) -> CrawlConfig:
         raise ConfigError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
-    return config_from_dict(data)
+    return data
 
 
-def with_overrides(
-    config: CrawlConfig, settings: dict[str, Any], rate_control: dict[str, Any]
-) -> CrawlConfig:
-    """The config with command-line choices laid over the file's; None values are unset."""
-    settings = {key: value for key, value in settings.items() if value is not None}
-    rate_control = {key: value for key, value in rate_control.items() if value is not None}
-    if not settings and not rate_control:
-        return config
-    merged = {**config.model_dump(), **settings}
-    merged["rate_control"] = {**merged["rate_control"], **rate_control}
-    return config_from_dict(merged)
+def with_overrides(settings: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with `overrides` laid over them, table by table; None values are unset. A
+    table the file holds as something else stays so, for validation to name it."""
+    merged = dict(settings)
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            table = merged.get(key, {})
+            if isinstance(table, dict):
+                merged[key] = with_overrides(table, value)
+        elif value is not None:
+            merged[key] = value
+    return merged

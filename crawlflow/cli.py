@@ -7,13 +7,14 @@ simulator are imported only by the commands that need them, so `sql` and `report
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from crawlflow.environment import prepare_environment
+from crawler.ratecontrol import Mode
+from crawler.scheduling import Policy
+from runtime.environment import prepare_environment
 
 prepare_environment()
 
@@ -22,20 +23,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="A workflow-orchestrated batch web crawler: Prefect flow, Ray nodes, Parquet output.",
 )
-
-
-class RateControlMode(StrEnum):
-    adaptive = "adaptive"
-    pid = "pid"
-    rtt = "rtt"
-    fixed = "fixed"
-
-
-class SchedulingPolicy(StrEnum):
-    bfs = "bfs"
-    performance = "performance"
-    quality = "quality"
-    capability = "capability"
 
 
 class UserError(Exception):
@@ -65,14 +52,14 @@ def crawl(
         Path | None, typer.Option("--config", help="TOML or JSON settings file.")
     ] = None,
     rate_control: Annotated[
-        RateControlMode | None,
+        Mode | None,
         typer.Option(help="Per-server rate controller (default: adaptive, from the config)."),
     ] = None,
     target_ppm: Annotated[
         float | None, typer.Option(min=0.001, help="Target pages/min per server (pid, fixed).")
     ] = None,
     policy: Annotated[
-        SchedulingPolicy | None,
+        Policy | None,
         typer.Option(help="Which server to connect to next (default: capability)."),
     ] = None,
     quality_file: Annotated[
@@ -101,69 +88,56 @@ def crawl(
     """Crawl from SEEDS through the Prefect flow `crawl` and print a summary. Incremental by
     default: the URLs of the newest earlier crawl of the same servers in --out are revisited
     with conditional GETs, those most likely changed first."""
-    from crawler.config import load_config, with_overrides
+    from crawler.config import read_config_file, with_overrides
+    from crawler.request import crawl_request
     from crawler.seeds import resolve_scope
+    from crawlflow.runtime import run_crawl
+    from crawlflow.summary import print_report
 
     if quality_file is not None and not quality_file.is_file():
         raise UserError(f"no such quality file: {quality_file}")
-    settings = with_overrides(
-        load_config(config),
-        {
-            "policy": None if policy is None else policy.value,
-            "quality_file": None if quality_file is None else str(quality_file.resolve()),
-            "time_budget_s": deadline,
-        },
-        {"mode": None if rate_control is None else rate_control.value, "target_ppm": target_ppm},
-    )
-    resolve_scope(seeds, allow or [], allow_private)  # fail fast, before Prefect and Ray start
     if since is not None and full:
         raise UserError("--since and --full exclude each other")
+    settings = with_overrides(
+        {} if config is None else read_config_file(config),
+        {
+            "policy": policy,
+            "quality_file": None if quality_file is None else str(quality_file.resolve()),
+            "time_budget_s": deadline,
+            "rate_control": {"mode": rate_control, "target_ppm": target_ppm},
+        },
+    )
+    request = crawl_request(
+        {
+            "seeds": seeds,
+            "allow": allow or [],
+            "allow_private": allow_private,
+            "max_pages": max_pages,
+            "max_depth": max_depth,
+            "nodes": nodes,
+            "out_dir": str(out),
+            "crawl_id": crawl_id,
+            "since": since,
+            "incremental": not full,
+            "config": settings,
+        }
+    )
+    # Fail fast, before Prefect and Ray start.
+    resolve_scope(request.seeds, request.allow, request.allow_private)
     if since is not None:
         from crawler.recrawl import require_earlier_crawl  # only then: it imports DuckDB
 
         require_earlier_crawl(out, since)  # before Prefect and Ray start
-    summary = _run_crawl_flow(
-        seeds=seeds,
-        allow=allow or [],
-        allow_private=allow_private,
-        max_pages=max_pages,
-        max_depth=max_depth,
-        nodes=nodes,
-        out_dir=str(out),
-        crawl_id=crawl_id,
-        config=settings.model_dump(),
-        since=since,
-        incremental=not full,
-    )
-    _print_report(Path(summary["out_dir"]), summary)
-
-
-def _run_crawl_flow(**parameters: Any) -> dict[str, Any]:
-    from crawlflow.runtime import crawl_runtime
-
-    with crawl_runtime():
-        from flows.crawl import crawl as crawl_flow
-
-        return crawl_flow(**parameters)
-
-
-def _print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:
-    from crawlflow.summary import print_summary
-    from storage.plots import plot_host_rates
-    from storage.queries import crawl_summary, per_host
-    from storage.views import connect
-
-    con = connect(directory)
-    summary = {**crawl_summary(con), **(extra or {})}
-    print_summary(summary, per_host(con))
-    png = plot_host_rates(con, directory / "host_rates.png")
-    print(f"achieved rate per server over time: {png}")
+    summary = run_crawl(request)
+    print_report(Path(summary["out_dir"]), summary)
 
 
 @app.command()
 def report(directory: Annotated[Path, typer.Argument(help="A crawl's output directory.")]) -> None:
     """Print the summary of the crawl output in DIRECTORY."""
-    _print_report(directory, {"out_dir": str(directory)})
+    from crawlflow.summary import print_report
+
+    print_report(directory, {"out_dir": str(directory)})
 
 
 @app.command()

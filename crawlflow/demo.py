@@ -14,32 +14,14 @@ from typing import Any
 
 from rich.console import Console
 
-from storage.views import connect
-
-
-def coverage(crawl_dir: Path, expected: set[str]) -> dict[str, Any]:
-    """Compare the successfully fetched URLs of a crawl with the URLs it should have fetched."""
-    con = connect(crawl_dir)
-    # robots.txt is not a page: each run of a crawl (a resumed one too) reads it afresh.
-    rows = con.execute(
-        "SELECT url, count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299 "
-        "AND url_path <> '/robots.txt' GROUP BY url"
-    ).fetchall()
-    fetched = {url for url, _ in rows}
-    return {
-        "expected": len(expected),
-        "fetched": len(fetched & expected),
-        "coverage": len(fetched & expected) / len(expected) if expected else 1.0,
-        "missing": sorted(expected - fetched)[:10],
-        "duplicates": sum(1 for _, count in rows if count > 1),
-    }
+from crawler.request import CrawlRequest
+from crawlflow.runtime import crawl_runtime, run_crawl
+from crawlflow.summary import print_report
+from websim import WebSim, WebSpec
+from websim.coverage import coverage
 
 
 def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any]:
-    from crawlflow.cli import _print_report, _run_crawl_flow
-    from crawlflow.runtime import crawl_runtime
-    from websim import WebSim, WebSpec
-
     console = Console()
     # Hidden rate limits of 30-90 requests/s keep the politeness bound of the demo web (its
     # biggest server's pages over that server's limit) under 20 s.
@@ -51,16 +33,18 @@ def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any
             sim = web_started.result()
             stack.callback(sim.stop)
             console.print(f"synthetic web: {hosts} servers, {pages} pages, hub {sim.hub_url}")
-            summary = _run_crawl_flow(
-                seeds=[sim.hub_url],
-                allow=sim.servers,
-                allow_private=True,  # the synthetic web lives on loopback
-                nodes=nodes,
-                out_dir=str(out_dir),
+            summary = run_crawl(
+                CrawlRequest(
+                    seeds=[sim.hub_url],
+                    allow=sim.servers,
+                    allow_private=True,  # the synthetic web lives on loopback
+                    nodes=nodes,
+                    out_dir=str(out_dir),
+                )
             )
             expected = sim.reachable_allowed_urls()
     crawl_dir = Path(summary["out_dir"])
-    _print_report(crawl_dir, summary)
+    print_report(crawl_dir, summary)
     result = coverage(crawl_dir, expected)
     console.print(
         f"coverage vs ground truth: {result['fetched']}/{result['expected']} reachable allowed "

@@ -24,6 +24,10 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawler.request import CrawlRequest
 
 STARTUP_TIMEOUT_S = 60.0  # a fresh PREFECT_HOME runs the database migrations first
 BIND_ATTEMPTS = 3  # the free port found may be taken before the server binds it
@@ -156,6 +160,15 @@ def crawl_runtime() -> Iterator[None]:
 
             # Not a daemon: the interpreter waits for it before it exits.
             threading.Thread(target=ray.shutdown, name="ray-shutdown").start()
+
+
+def run_crawl(request: CrawlRequest) -> dict[str, Any]:
+    """Run the `crawl` flow on `request` (inside a crawl_runtime, started here unless this
+    process is in one already) and return its summary."""
+    with crawl_runtime():
+        from flows.crawl import crawl
+
+        return crawl(request)
 
 
 def _free_loopback_port() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -54,3 +55,17 @@ def print_summary(
             f"output: {summary['out_dir']}  (query it: crawlflow sql {summary['out_dir']}"
             ' "SELECT ...")'
         )
+
+
+def print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:
+    """The summary of the crawl in `directory` (with `extra` laid over it: a just-finished
+    crawl's own figures), its per-server table, and the rate plot written beside its output."""
+    from storage.plots import plot_host_rates
+    from storage.queries import crawl_summary, per_host
+    from storage.views import connect
+
+    con = connect(directory)
+    summary = {**crawl_summary(con), **(extra or {})}
+    print_summary(summary, per_host(con))
+    png = plot_host_rates(con, directory / "host_rates.png")
+    print(f"achieved rate per server over time: {png}")

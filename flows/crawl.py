@@ -8,8 +8,8 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from crawler.config import config_from_dict
 from crawler.recrawl import start_depths, start_urls
+from crawler.request import CrawlRequest
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
@@ -28,41 +28,29 @@ def default_crawl_id() -> str:
 
 
 @flow(name="crawl", log_prints=True)
-def crawl(
-    seeds: list[str],
-    allow: list[str] | None = None,
-    allow_private: bool = False,
-    max_pages: int | None = None,
-    max_depth: int | None = None,
-    nodes: int | None = None,
-    out_dir: str = "crawl-out",
-    crawl_id: str | None = None,
-    config: dict[str, Any] | None = None,
-    since: str | None = None,
-    incremental: bool = True,
-) -> dict[str, Any]:
-    """Crawl from `seeds` within the seed servers plus `allow`, writing Parquet to
-    `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
+def crawl(request: CrawlRequest) -> dict[str, Any]:
+    """Crawl from `request.seeds` within the seed servers plus `request.allow`, writing Parquet
+    to `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
     run stopped. Incremental (the default): every URL of the earlier crawl `since` (default:
     the newest earlier crawl of the same servers in `out_dir`) is revisited with a conditional
     GET, most likely changed first; `incremental=False` crawls from the seeds alone. Returns
     the crawl summary."""
-    crawl_id = crawl_id or default_crawl_id()
-    settings = config_from_dict(config or {})
-    scope = plan_crawl(seeds, allow or [], allow_private)
-    revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, since, incremental)
+    crawl_id = request.crawl_id or default_crawl_id()
+    out_dir, max_pages, settings = request.out_dir, request.max_pages, request.config
+    scope = plan_crawl(request.seeds, request.allow, request.allow_private)
+    revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
     start = start_urls(scope.seeds, revisits, max_pages, settings.policy)
     depths = start_depths(scope.seeds, revisits)
     checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.resume_quiet_s, depths)
-    specs = allocate_nodes(scope, nodes, out_dir, crawl_id, settings, max_pages)
+    specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
         crawl_id,
         out_dir,
         settings,
         specs,
         scope.hosts,
-        allow_private,
-        max_depth,
+        request.allow_private,
+        request.max_depth,
         max_pages,
         revisits,
     )

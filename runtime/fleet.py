@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
@@ -145,3 +145,17 @@ class Fleet(ABC):
             recover=recover,
             surcharge=surcharge,
         )
+
+
+Backend = Literal["ray", "inprocess"]
+
+
+def start_fleet(plan: FleetPlan, backend: Backend) -> Fleet:
+    """The shared state and the planned nodes, built and linked, not fetching yet."""
+    if backend == "ray":
+        from runtime.ray_backend import RayFleet  # Ray is imported for a fleet of Ray actors only
+
+        return RayFleet(plan)
+    from runtime.inprocess import InProcessFleet
+
+    return InProcessFleet(plan)

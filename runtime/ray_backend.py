@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from crawlflow.environment import prepare_environment
+from runtime.environment import prepare_environment
 
 # Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
 prepare_environment()

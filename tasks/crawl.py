@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from crawler.coordinator import CrawlFailed, Progress
 from crawler.recovery import OutputRecovery
-from runtime import Fleet
+from runtime.fleet import Fleet
 from storage.checkpoint import Checkpoint
 
 

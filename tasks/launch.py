@@ -11,7 +11,7 @@ from prefect.tasks import exponential_backoff
 from crawler.config import CrawlConfig
 from crawler.node import NodeStatus
 from crawler.recrawl import Revisits
-from runtime import Fleet, FleetPlan, start_fleet
+from runtime.fleet import Fleet, FleetPlan, start_fleet
 from tasks.allocate import NodeSpec
 
 

@@ -67,3 +67,49 @@ def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names
     code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
     assert code == 2
     assert "strip_params" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, monkeypatch):
+    """Options lay over the config file, table by table; the flow gets the validated request."""
+    import crawlflow.runtime
+    from crawler.request import CrawlRequest
+
+    requests: list[CrawlRequest] = []
+
+    def capture(request: CrawlRequest) -> dict:
+        requests.append(request)
+        raise KeyboardInterrupt  # stop before the flow: this test is about the request
+
+    monkeypatch.setattr(crawlflow.runtime, "run_crawl", capture)
+    config = tmp_path / "crawl.toml"
+    config.write_text('policy = "bfs"\nmax_connections = 7\n[rate_control]\nmode = "fixed"\n')
+    argv = ["crawl", "http://127.0.0.1:9/", "--allow-private", "--config", str(config)]
+    argv += ["--rate-control", "pid", "--target-ppm", "30", "--max-pages", "5", "--full"]
+    code, _ = run(argv, capsys)
+    assert code == 130
+    (request,) = requests
+    assert (request.max_pages, request.incremental, request.allow_private) == (5, False, True)
+    assert (request.config.policy, request.config.max_connections) == ("bfs", 7)
+    assert (request.config.rate_control.mode, request.config.rate_control.target_ppm) == (
+        "pid",
+        30.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [("--rate-control", "'adaptive', 'pid', 'rtt', 'fixed'"), ("--policy", "'bfs'")],
+)
+def test_choices_come_from_the_code(option, fragment, capsys):
+    code, err = run(["crawl", option, "nonsense", "http://example.com/"], capsys)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_request_refuses_since_without_incremental():
+    from crawler.config import ConfigError
+    from crawler.request import crawl_request
+
+    with pytest.raises(ConfigError, match="invalid crawl request: request: since"):
+        crawl_request({"seeds": ["http://example.com/"], "since": "x", "incremental": False})
+    with pytest.raises(ConfigError, match="invalid config: max_connections"):
+        crawl_request({"seeds": ["http://example.com/"], "config": {"max_connections": 0}})

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from crawlflow.demo import coverage
 from storage.schema import FETCHES, PAGES
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 
+pytestmark = pytest.mark.integration  # websim, Ray and Prefect
 
 @pytest.fixture(scope="module")
 def small_web():
@@ -25,16 +26,19 @@ def small_web():
 
 @pytest.fixture(scope="module")
 def crawl_result(small_web, ray_session, prefect_api, tmp_path_factory):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     out = tmp_path_factory.mktemp("out")
     summary = crawl(
-        seeds=[small_web.hub_url],
-        allow=small_web.servers,
-        allow_private=True,
-        nodes=2,
-        out_dir=str(out),
-        crawl_id="e2e",
+        CrawlRequest(
+            seeds=[small_web.hub_url],
+            allow=small_web.servers,
+            allow_private=True,
+            nodes=2,
+            out_dir=str(out),
+            crawl_id="e2e",
+        )
     )
     return summary, Path(out) / "e2e"
 

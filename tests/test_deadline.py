@@ -11,12 +11,14 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.urls import canonical_url, host_key
-from crawlflow.demo import coverage
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.checkpoint import load_checkpoint
 from storage.queries import crawl_summary
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
+
+pytestmark = pytest.mark.integration  # a crawl against websim
 
 # About 20 requests a second per server: the whole web takes seconds, the deadline less.
 SLOW = CrawlConfig(write_interval_s=0.2, rate_control={"mode": "fixed", "fixed_delay_s": 0.05})

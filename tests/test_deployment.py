@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from crawlflow.demo import coverage
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
+
+pytestmark = pytest.mark.integration  # a Prefect server, a worker and websim
 
 REPO = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
@@ -84,6 +86,12 @@ def test_nightly_deployment_runs_through_a_worker(prefect_server, tmp_path):
     assert deployment["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
     assert deployment["work_pool_name"] == "crawlflow"
     assert deployment["global_concurrency_limit"]["limit"] == 1
+    # One typed parameter, shown as a form: the request model's fields, with prefect.yaml's values.
+    schema = deployment["parameter_openapi_schema"]
+    assert list(schema["properties"]) == ["request"]
+    request_form = schema["definitions"]["CrawlRequest"]["properties"]
+    assert {"seeds", "max_pages", "since", "incremental", "config"} <= set(request_form)
+    assert deployment["parameters"]["request"]["max_pages"] == 100000
 
     spec = WebSpec(hosts=3, pages=150, seed=5, rate_limit_rps=None, latency_ms=(1.0, 2.0))
     with WebSim(spec) as sim:
@@ -95,7 +103,12 @@ def test_nightly_deployment_runs_through_a_worker(prefect_server, tmp_path):
             "crawl_id": "nightly-test",
         }
         output = prefect(
-            env, "deployment", "run", "crawl/nightly", "--params", json.dumps(parameters)
+            env,
+            "deployment",
+            "run",
+            "crawl/nightly",
+            "--params",
+            json.dumps({"request": parameters}),
         )
         flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", output).group(1)
         prefect(env, "worker", "start", "--pool", "crawlflow", "--run-once")

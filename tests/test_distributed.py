@@ -17,13 +17,15 @@ import pytest
 
 from crawler.config import config_from_dict
 from crawler.recovery import OutputRecovery
-from crawlflow.demo import coverage
-from runtime import FleetPlan, LoneNode
+from runtime.fleet import FleetPlan, LoneNode
 from runtime.inprocess import InProcessFleet
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 from websim.sim import requested_again
+
+pytestmark = pytest.mark.integration  # websim and Ray
 
 SETTINGS = {
     "heartbeat_s": 0.05,
@@ -180,6 +182,7 @@ BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked
 def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     slow_web, ray_session, prefect_api, tmp_path
 ):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     slow_web.request_log(clear=True)
@@ -201,13 +204,19 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     threading.Thread(target=killer, daemon=True).start()
     try:
         summary = crawl(
-            seeds=[slow_web.hub_url],
-            allow=slow_web.servers,
-            allow_private=True,
-            nodes=2,
-            out_dir=str(tmp_path),
-            crawl_id="killed",
-            config={"write_interval_s": 0.2, "heartbeat_s": 0.1, "write_batch_rows": BATCH_ROWS},
+            CrawlRequest(
+                seeds=[slow_web.hub_url],
+                allow=slow_web.servers,
+                allow_private=True,
+                nodes=2,
+                out_dir=str(tmp_path),
+                crawl_id="killed",
+                config={
+                    "write_interval_s": 0.2,
+                    "heartbeat_s": 0.1,
+                    "write_batch_rows": BATCH_ROWS,
+                },
+            )
         )
     finally:
         crawl_over.set()
@@ -225,21 +234,24 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
 def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     slow_web, ray_session, prefect_api, tmp_path
 ):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     summary = crawl(
-        seeds=[slow_web.hub_url],
-        allow=slow_web.servers,
-        allow_private=True,
-        nodes=1,
-        out_dir=str(tmp_path),
-        crawl_id="surcharged",
-        config={
-            "heartbeat_s": 0.1,
-            "time_budget_s": 2.0,
-            "surcharge_max_nodes": 1,
-            "surcharge_check_s": 1.0,
-        },
+        CrawlRequest(
+            seeds=[slow_web.hub_url],
+            allow=slow_web.servers,
+            allow_private=True,
+            nodes=1,
+            out_dir=str(tmp_path),
+            crawl_id="surcharged",
+            config={
+                "heartbeat_s": 0.1,
+                "time_budget_s": 2.0,
+                "surcharge_max_nodes": 1,
+                "surcharge_check_s": 1.0,
+            },
+        )
     )
     nodes = summary["nodes"]
     assert (nodes["nodes_planned"], nodes["nodes_added"]) == (1, 1)
@@ -253,13 +265,15 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     assert nodes["left_at_deadline"] > 0
     assert summary["left_at_deadline"] > 0
     resumed = crawl(
-        seeds=[slow_web.hub_url],
-        allow=slow_web.servers,
-        allow_private=True,
-        nodes=1,
-        out_dir=str(tmp_path),
-        crawl_id="surcharged",
-        config={"heartbeat_s": 0.1},
+        CrawlRequest(
+            seeds=[slow_web.hub_url],
+            allow=slow_web.servers,
+            allow_private=True,
+            nodes=1,
+            out_dir=str(tmp_path),
+            crawl_id="surcharged",
+            config={"heartbeat_s": 0.1},
+        )
     )
     assert resumed["left_at_deadline"] == 0 and resumed["nodes"]["left_at_deadline"] is None
     assert_exactly_once(slow_web, tmp_path / "surcharged")

@@ -14,6 +14,8 @@ from crawler.fetcher import FetchResult, ServerSession, _Watchdog, looks_binary
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
 
+pytestmark = pytest.mark.integration  # websim's hostile servers
+
 LIMIT = 1_000_000
 CONFIG = CrawlConfig(
     connect_timeout_s=1.0,

@@ -22,10 +22,12 @@ from crawler.config import CrawlConfig
 from crawler.coordinator import CrawlFailed
 from crawler.node.fetchloop import FetchLoop
 from crawler.urls import host_key
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
+
+pytestmark = pytest.mark.integration  # websim's hostile servers
 
 MANY_LINKS = 5000
 FAST = CrawlConfig(

@@ -12,7 +12,7 @@ from crawler.limits import UrlLimits, counts_of
 from crawler.node import CrawlerNode
 from crawler.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
 from crawler.urls import MAX_URL_LENGTH
-from runtime import FleetPlan, LoneNode
+from runtime.fleet import FleetPlan, LoneNode
 from runtime.inprocess import InProcessFleet
 
 strip = ParamStripper(DEFAULT_STRIP_PARAMS)

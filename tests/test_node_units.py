@@ -14,7 +14,7 @@ from crawler.fetcher import FetchResult
 from crawler.node import CrawlerNode
 from crawler.node.outcome import outcome_of
 from crawler.urlqueue import UrlTask
-from runtime import FleetPlan, LoneNode
+from runtime.fleet import FleetPlan, LoneNode
 from runtime.inprocess import InProcessFleet
 from storage.outcomes import (
     DEADLINE,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.config import ConfigError, config_from_dict, load_config, with_overrides
+from crawler.config import ConfigError, config_from_dict, read_config_file, with_overrides
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol import (
     CONTROLLERS,
@@ -107,11 +107,12 @@ def test_config_file_sections_and_command_line_overrides(tmp_path: Path) -> None
     path.write_text(
         '[rate_control]\nmode = "fixed"\nfixed_delay_s = 0.5\n[retry]\nmax_retries = 1\n'
     )
-    config = load_config(path)
+    config = config_from_dict(read_config_file(path))
     assert (config.rate_control.mode, config.rate_control.fixed_delay_s) == ("fixed", 0.5)
     assert config.retry.max_retries == 1
     # --rate-control pid --target-ppm 40 over the file's section; the rest of it stays.
-    overridden = with_overrides(config, {}, {"mode": "pid", "target_ppm": 40.0})
+    options = {"rate_control": {"mode": "pid", "target_ppm": 40.0}}
+    overridden = config_from_dict(with_overrides(read_config_file(path), options))
     assert (overridden.rate_control.mode, overridden.rate_control.target_ppm) == ("pid", 40.0)
     assert overridden.rate_control.fixed_delay_s == 0.5
     assert overridden.retry.max_retries == 1

@@ -16,9 +16,12 @@ from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.changes import GOOD
 
+pytestmark = pytest.mark.integration  # websim, Ray and Prefect
+
 
 @pytest.fixture(scope="module")
 def nights(ray_session, prefect_api, tmp_path_factory):
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     spec = WebSpec(
@@ -41,9 +44,9 @@ def nights(ray_session, prefect_api, tmp_path_factory):
             "nodes": 1,
             "out_dir": str(out),
         }
-        crawl(**args, crawl_id="night-1")
+        crawl(CrawlRequest(**args, crawl_id="night-1"))
         changed = sim.advance_night() & sim.reachable_allowed_urls()
-        summary = crawl(**args, crawl_id="night-2")
+        summary = crawl(CrawlRequest(**args, crawl_id="night-2"))
         yield sim, out, changed, summary
 
 

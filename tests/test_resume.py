@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from crawlflow.demo import coverage
 from storage.checkpoint import wait_until_quiet
 from storage.manifest import MANIFEST
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
 from websim.sim import requested_again
+
+pytestmark = pytest.mark.integration  # websim, Ray, Prefect and the CLI
 
 BATCH_ROWS = 10  # small batches: the last, uncommitted one bounds what is asked again
 
@@ -39,6 +41,7 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
 ):
     from prefect.settings import PREFECT_API_URL
 
+    from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
     allow = slow_web.servers
@@ -69,12 +72,14 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     assert 0 < before["fetched"] < before["expected"], "the kill must land mid-crawl"
 
     summary = crawl(
-        seeds=[slow_web.hub_url],
-        allow=allow,
-        allow_private=True,
-        nodes=2,
-        out_dir=str(tmp_path / "out"),
-        crawl_id="resumable",
+        CrawlRequest(
+            seeds=[slow_web.hub_url],
+            allow=allow,
+            allow_private=True,
+            nodes=2,
+            out_dir=str(tmp_path / "out"),
+            crawl_id="resumable",
+        )
     )
 
     after = coverage(crawl_dir, expected)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import CrawlConfig
-from crawlflow.demo import coverage
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.views import connect
 from websim import WebSim, WebSpec
+from websim.coverage import coverage
+
+pytestmark = pytest.mark.integration  # websim
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,12 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.recrawl import RecrawlError, start_depths, start_urls
 from crawler.urls import host_key
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
+
+pytestmark = pytest.mark.integration  # websim
 
 CONFIG = {"sitemaps": True, "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
 

@@ -12,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from websim import WebSim, WebSpec
+
+pytestmark = pytest.mark.integration  # the CLI with its Prefect server, Ray and websim
 
 CRAWLFLOW = str(Path(sys.executable).with_name("crawlflow"))
 TASKS = {"plan", "checkpoint", "allocate", "launch nodes", "crawl", "close nodes", "collect",

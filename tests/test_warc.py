@@ -10,13 +10,14 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler.config import CrawlConfig
 from crawlflow.cli import main
-from runtime import single_node, start_fleet
+from runtime.fleet import single_node, start_fleet
 from storage.compaction import compact
 from storage.views import connect
 from storage.warc import WARC_DIR, read_record
 from storage.writer import discard_uncommitted
 from websim import WebSim, WebSpec
 
+pytestmark = pytest.mark.integration  # websim
 
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):

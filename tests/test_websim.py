@@ -132,6 +132,7 @@ def test_host_profiles_follow_the_spec():
 # -- served pages and ground truth ------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_addresses(sim):
     port = sim.port
     assert sim.hub_url == f"http://127.0.1.1:{port}/hub"
@@ -139,6 +140,7 @@ def test_addresses(sim):
     assert sim.url_of(0) == sim.host_urls[0]
 
 
+@pytest.mark.integration
 def test_served_pages_parse_to_exactly_the_exported_links(sim, exported):
     links = _links_by_src(exported)
     pages = exported["pages"].to_pydict()
@@ -195,6 +197,7 @@ def _link_forms(href: str) -> set[str]:
     return forms
 
 
+@pytest.mark.integration
 def test_urls_are_canonical_by_w3lib(exported):
     urls = exported["pages"].column("url").to_pylist()
     urls += exported["links"].column("dst_url").to_pylist()
@@ -202,6 +205,7 @@ def test_urls_are_canonical_by_w3lib(exported):
     assert any("?" in u for u in urls)
 
 
+@pytest.mark.integration
 def test_export_schema(sim, exported, tmp_path):
     assert exported["pages"].column_names == [
         "page_id", "url", "host", "path", "mime", "pagerank", "zipf_quality",
@@ -226,6 +230,7 @@ def test_export_schema(sim, exported, tmp_path):
     assert meta.row_group(0).column(0).compression == "ZSTD"
 
 
+@pytest.mark.integration
 def test_robots_txt(sim):
     disallowed = sim.disallowed_urls()
     assert len(disallowed) == 3
@@ -242,6 +247,7 @@ def test_robots_txt(sim):
             assert robots.can_fetch(url, "crawlflow") == (url not in disallowed)
 
 
+@pytest.mark.integration
 def test_reachable_allowed_urls_matches_the_links_export(sim, exported):
     links = _links_by_src(exported)
     pages = exported["pages"].to_pydict()
@@ -265,6 +271,7 @@ def test_reachable_allowed_urls_matches_the_links_export(sim, exported):
     assert from_root <= reachable
 
 
+@pytest.mark.integration
 def test_request_handling_details(sim):
     sim.request_log(clear=True)
     listing = next(i for i, p in enumerate(sim.web.paths) if "?" in p)
@@ -300,6 +307,7 @@ def _raw_get(sock: socket.socket, host: str, path: str) -> tuple[int, dict[str, 
     return int(lines[0].split()[1]), headers, body
 
 
+@pytest.mark.integration
 def test_keepalive_limit_and_rate_limit():
     spec = WebSpec(
         hosts=2,
@@ -335,6 +343,7 @@ def test_keepalive_limit_and_rate_limit():
         assert session.get(sim.host_urls[1] + "robots.txt").status_code in (200, 404)
 
 
+@pytest.mark.integration
 def test_latency_delays_responses_without_blocking_others():
     spec = WebSpec(
         hosts=4, pages=40, latency_ms=(500.0, 500.0), latency_sigma=0.0, rate_limit_rps=None
@@ -350,6 +359,7 @@ def test_latency_delays_responses_without_blocking_others():
         assert time.monotonic() - started < 2.0  # 8 x 500 ms in parallel: 4 s in series
 
 
+@pytest.mark.integration
 def test_a_static_web_serves_the_pages_it_rendered_at_start():
     with WebSim(replace(SMALL, static=True)) as static:
         renderer = Renderer(static.web, static.port)
@@ -357,6 +367,7 @@ def test_a_static_web_serves_the_pages_it_rendered_at_start():
             assert requests.get(static.url_of(page)).content == renderer.page(page)
 
 
+@pytest.mark.integration
 def test_stop_frees_the_port_and_a_fixed_port_works():
     with WebSim(WebSpec(hosts=2, pages=10)) as first:
         port = first.port
@@ -368,6 +379,7 @@ def test_stop_frees_the_port_and_a_fixed_port_works():
         assert requests.get(second.host_urls[1]).status_code in (200, 429, 503)
 
 
+@pytest.mark.integration
 def test_server_dies_with_its_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
@@ -443,6 +455,7 @@ def test_degrading_hosts_are_drawn_apart_from_the_rest_of_the_web():
         WebSpec(capacity_rps=(5.0, 1.0))
 
 
+@pytest.mark.integration
 def test_a_degrading_host_answers_slower_under_load_and_never_says_no():
     spec = WebSpec(
         hosts=1,

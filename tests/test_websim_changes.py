@@ -75,6 +75,7 @@ def pages_of(sim: WebSim, kind: str) -> list[int]:
     return [p for p in range(sim.web.n_pages) if kinds[sim.web.host_of[p]] == kind and allowed[p]]
 
 
+@pytest.mark.integration
 def test_validators_and_304s_follow_each_servers_kind(web):
     session = requests.Session()
     good = pages_of(web, GOOD)
@@ -106,6 +107,7 @@ def test_validators_and_304s_follow_each_servers_kind(web):
         assert answer.status_code == 200 and answer.headers["Last-Modified"] == stamp
 
 
+@pytest.mark.integration
 def test_sitemaps_from_robots_and_the_well_known_path(web):
     session = requests.Session()
     with_robots = [

@@ -1,0 +1,62 @@
+"""What one crawl is asked to do: the `crawl` flow's single parameter.
+
+Built once where a crawl is asked for (the `crawlflow crawl` command from its options and the
+config file, a deployment from prefect.yaml, a test) and validated there; from then on the flow,
+its tasks and the nodes read the same typed values, never a dict of them. Plain pydantic, so
+that the Prefect UI renders it as a form and a deployment's parameters are checked the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from crawler.config import ConfigError, CrawlConfig, one_line
+
+
+class CrawlRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seeds: list[str] = Field(min_length=1, description="start URLs; their servers are in scope")
+    allow: list[str] = Field(
+        default_factory=list, description="extra servers HOST[:PORT] in scope"
+    )
+    allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
+    max_pages: int | None = Field(
+        None, ge=1, description="URLs fetched (first tries) before the crawl stops"
+    )
+    max_depth: int | None = Field(None, ge=0, description="links followed from a seed")
+    nodes: int | None = Field(
+        None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
+    )
+    out_dir: str = Field("crawl-out", description="output root; the crawl writes out_dir/crawl_id")
+    crawl_id: str | None = Field(
+        None, description="None: a new crawl; an earlier crawl's id resumes it"
+    )
+    since: str | None = Field(
+        None,
+        description="the earlier crawl whose URLs are revisited; None: the newest earlier crawl "
+        "of the same servers in out_dir",
+    )
+    incremental: bool = Field(
+        True, description="revisit an earlier crawl's URLs; False: a full crawl from the seeds"
+    )
+    config: CrawlConfig = Field(default_factory=CrawlConfig, description="crawler settings")
+
+    @model_validator(mode="after")
+    def _since_needs_incremental(self) -> CrawlRequest:
+        if self.since is not None and not self.incremental:
+            raise ValueError("since names a crawl to revisit, but incremental is off (--full)")
+        return self
+
+
+def crawl_request(data: dict[str, Any]) -> CrawlRequest:
+    """Validate a request; a bad value is a ConfigError naming it in one line."""
+    try:
+        return CrawlRequest.model_validate(data)
+    except ValidationError as exc:
+        where, _, what = one_line(exc, whole="request").partition(": ")
+        if where.startswith("config."):
+            raise ConfigError(f"invalid config: {where.removeprefix('config.')}: {what}") from None
+        raise ConfigError(f"invalid crawl request: {where}: {what}") from None
