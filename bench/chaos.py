@@ -1,6 +1,6 @@
 """Chaos benchmark: a crawler node against every hostile websim host, one scenario at a time.
 
-Each scenario (websim/hostile.py) is crawled from its host's root by one in-process crawler
+Each scenario (websim/hostile/) is crawled from its host's root by one in-process crawler
 node and the coordinator, in a fresh process of its own, so that process's peak RSS is the
 node's peak memory. A last run crawls a small normal web and every hostile host at once. Per
 run the table shows the outcome (rows per error class, and per HTTP status >= 300), the pages

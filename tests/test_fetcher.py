@@ -1,4 +1,4 @@
-"""The fetcher against hostile servers (websim/hostile.py on loopback): every fetch ends within
+"""The fetcher against hostile servers (websim/hostile/ on loopback): every fetch ends within
 its limits with an error class, and the session stays usable afterwards."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The import contracts in pyproject.toml ([tool.importlinter]) hold: algorithms import no
-Prefect or Ray, and the top-level packages import each other in layers, never in a cycle."""
+Prefect or Ray, storage imports no crawler, the top-level packages import each other in layers,
+and no package's modules import each other in a cycle."""
 
 from __future__ import annotations
 

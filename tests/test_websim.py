@@ -71,6 +71,9 @@ def test_spec_is_validated():
         WebSpec(hosts=10, pages=5)
     with pytest.raises(ValueError):
         WebSpec(rate_limit_rps=(0.0, 5.0))
+    for hostile in (("no_such_scenario",), ("gzip_bomb", "gzip_bomb")):
+        with pytest.raises(ValueError, match="distinct scenarios"):
+            WebSim(WebSpec(hosts=2, pages=10, hostile=hostile))
 
 
 def test_degrees_are_heavy_tailed_and_hit_the_requested_mean():

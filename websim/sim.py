@@ -29,6 +29,7 @@ class WebSim:
 
     def __init__(self, spec: WebSpec | None = None, port: int = 0) -> None:
         self.spec = spec or WebSpec()
+        hostile.check_scenarios(self.spec.hostile)
         self.web: Web = build_web(self.spec)
         self.changes = ChangeModel(self.web)  # the ground truth of the nights, as served
         self._requested_port = port
