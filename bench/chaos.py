@@ -46,7 +46,8 @@ from crawler.config import CrawlConfig
 from crawler.politeness import is_retryable
 from crawler.traps import url_family
 from crawler.urls import canonical_url, host_key
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS

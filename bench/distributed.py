@@ -60,7 +60,8 @@ from bench import results_dir
 from crawler.config import config_from_dict
 from crawler.coordinator import Progress
 from crawler.node import NodeStatus
-from runtime.fleet import FleetPlan, LoneNode, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import FleetPlan, LoneNode
 from runtime.ray_backend import LOCAL_RAY
 from websim import WebSim, WebSpec
 

@@ -37,7 +37,8 @@ from crawler.frontier import Frontier
 from crawler.quality import PageRankQuality
 from crawler.server import ServerState
 from crawler.urlqueue import UrlTask
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from websim import WebSim, WebSpec
 
 GIB = 1 << 30

@@ -59,7 +59,8 @@ import pyarrow.parquet as pq
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from websim import WebSim, WebSpec
 from websim.truth import page_urls
 

@@ -49,7 +49,8 @@ from warcio.archiveiterator import ArchiveIterator
 from bench import results_dir
 from crawler.config import CrawlConfig
 from crawler.recrawl import start_depths, start_urls
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 

@@ -2,8 +2,9 @@
 state they route URLs and servers through (crawler/exchange.py, crawler/dedup.py), and what the
 driver does with it (seed and watch it through crawler.coordinator, add a node, stop it).
 
-Two backends build it: Ray actors (runtime/ray.py, what the flow runs) and plain objects in
-this process (runtime/inprocess.py, what tests and benchmarks run)."""
+Two backends build it (`runtime.backends.start_fleet`): Ray actors (runtime/ray_backend.py,
+what the flow runs) and plain objects in this process (runtime/inprocess.py, what tests and
+benchmarks run)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
@@ -146,16 +147,3 @@ class Fleet(ABC):
             surcharge=surcharge,
         )
 
-
-Backend = Literal["ray", "inprocess"]
-
-
-def start_fleet(plan: FleetPlan, backend: Backend) -> Fleet:
-    """The shared state and the planned nodes, built and linked, not fetching yet."""
-    if backend == "ray":
-        from runtime.ray_backend import RayFleet  # Ray is imported for a fleet of Ray actors only
-
-        return RayFleet(plan)
-    from runtime.inprocess import InProcessFleet
-
-    return InProcessFleet(plan)

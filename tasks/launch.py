@@ -11,7 +11,8 @@ from prefect.tasks import exponential_backoff
 from crawler.config import CrawlConfig
 from crawler.node import NodeStatus
 from crawler.recrawl import Revisits
-from runtime.fleet import Fleet, FleetPlan, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import Fleet, FleetPlan
 from tasks.allocate import NodeSpec
 
 

@@ -11,7 +11,8 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
 from crawler.urls import canonical_url, host_key
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.checkpoint import load_checkpoint
 from storage.queries import crawl_summary
 from storage.views import connect

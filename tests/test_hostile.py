@@ -22,7 +22,8 @@ from crawler.config import CrawlConfig
 from crawler.coordinator import CrawlFailed
 from crawler.node.fetchloop import FetchLoop
 from crawler.urls import host_key
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS

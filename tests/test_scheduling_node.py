@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import CrawlConfig
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage

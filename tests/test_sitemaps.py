@@ -10,7 +10,8 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.recrawl import RecrawlError, start_depths, start_urls
 from crawler.urls import host_key
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec

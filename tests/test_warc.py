@@ -10,7 +10,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler.config import CrawlConfig
 from crawlflow.cli import main
-from runtime.fleet import single_node, start_fleet
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
 from storage.warc import WARC_DIR, read_record
