@@ -13,10 +13,15 @@ crawler nodes):
   host: the unloaded RTT (ground truth), the page RTT during the crawl (median and p95, as the
   crawler measured it), the achieved rate, and the rates at which the host's median RTT
   reaches 1.5x and 2x the unloaded one (ground truth). Overall: the crawl time against a crawl
-  held at each host's 1.5x rate (the largest over hosts of pages / that rate).
+  held at each host's 1.5x rate. That crawl is run, not computed: the same web with an oracle
+  Crawl-delay of 1 / (the 1.5x rate) on every host (websim's `crawl_delay_at_inflation`),
+  crawled with no delay of the controller's own (fixed, 0 s), so each host is held at its
+  ground-truth 1.5x rate and pays the same discovery, ramp and tail as any crawl. Its time and
+  per-host table are printed too; `pages / rate` (the largest over hosts) is printed beside it
+  as the ideal it cannot reach.
 
     .venv/bin/python -m bench.politeness [--quick] [--json PATH] [--modes adaptive fixed pid]
-        [--webs rate-limited degrading]
+        [--webs rate-limited degrading] [--degrading-seed N]
 
 Goals. Rate-limited: coverage 100%, at most 1% of answers 429/503, crawl time (first request
 to last) at most 1.10x the bound. Degrading: on every host the median RTT during the crawl at
@@ -41,7 +46,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +102,9 @@ MODES: dict[str, dict[str, Any]] = {
     },
     "back-to-back": {"mode": "fixed", "fixed_delay_s": 0.0},
 }
+# The crawl held at each degrading host's 1.5x rate: back to back under the oracle Crawl-delay.
+HELD = "held-at-1.5x"  # an oracle setting, not a mode a user has
+HELD_INFLATION = 1.5
 
 GOALS = {
     "coverage": 1.0,
@@ -185,13 +193,17 @@ def degrading_truth(sim: WebSim, expected: set[str]) -> list[DegradingTruth]:
     return truth
 
 
-def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, float]:
-    """The real flow on local Ray; returns the crawl directory and the flow's wall time."""
+def run_crawl(
+    sim: WebSim, mode: str, out_dir: Path, web: str
+) -> tuple[Path, float, tuple[float, float]]:
+    """The real flow on local Ray; returns the crawl directory, the flow's wall time and the
+    1-minute load average before and after (timings on a shared machine move with it)."""
     # A quiet flow log; set before Prefect is first imported.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     summary = crawl(
         CrawlRequest(
@@ -201,10 +213,11 @@ def run_crawl(sim: WebSim, mode: str, out_dir: Path, web: str) -> tuple[Path, fl
             nodes=NODES,
             out_dir=str(out_dir),
             crawl_id=f"politeness-{web}-{mode}",
-            config={"rate_control": MODES[mode]},
+            config={"rate_control": MODES["back-to-back" if mode == HELD else mode]},
         )
     )
-    return Path(summary["out_dir"]), time.monotonic() - started
+    wall_s = time.monotonic() - started
+    return Path(summary["out_dir"]), wall_s, (round(load_before, 1), round(os.getloadavg()[0], 1))
 
 
 def measure(
@@ -271,11 +284,13 @@ def measure_degrading(
     expected: set[str],
     wall_s: float,
     server_ms: dict[str, float],
+    held_s: float | None,
 ) -> dict[str, Any]:
+    """`held_s`: the time of the crawl held at the 1.5x rates (None: this is that crawl)."""
     con = connect(crawl_dir)
     per_host = {row[0]: row[1:] for row in con.execute(DEGRADING_SQL).fetchall()}
     answers, bans, crawl_s = con.execute(TOTALS_SQL).fetchone()
-    held_s = max(t.pages / t.rate_1_5x for t in truth)
+    held_s = crawl_s if held_s is None else held_s
     hosts = []
     for t in truth:
         count, median_ms, p95_ms, span_s = per_host.get(t.host, (0, None, None, 0.0))
@@ -319,13 +334,20 @@ def measure_degrading(
         "speed_vs_held_at_1.5x": round(held_s / crawl_s, 3) if crawl_s else None,
         "crawl_s": round(crawl_s, 1),
         "held_at_1_5x_s": round(held_s, 1),
+        "pages_over_1_5x_rate_s": round(max(t.pages / t.rate_1_5x for t in truth), 1),
         "flow_wall_s": round(wall_s, 1),
         "hosts": hosts,
     }
 
 
 def print_degrading(mode: str, result: dict[str, Any]) -> None:
-    print(f"\nmode {mode} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes")
+    what = (
+        "the crawl held at each host's 1.5x rate (oracle: websim serves Crawl-delay = 1 / that "
+        "rate; mode fixed, 0 s)"
+        if mode == HELD
+        else f"mode {mode}"
+    )
+    print(f"\n{what} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes")
     print(
         f"{'host':<22} {'pages':>5} {'unloaded':>8} {'median':>7} {'p95':>7} {'med/unl':>7} "
         f"{'server med/unl':>14} {'achieved/s':>10} {'1.5x at/s':>9} {'2x at/s':>8} "
@@ -355,9 +377,11 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
         f"worst median RTT / unloaded: as the crawler measured it {worst} "
         f"[{'ok' if rtt_ok else 'MISSED'}], at the server {worst_server} "
         f"[{'ok' if server_ok else 'MISSED'}]  "
-        f"crawl {result['crawl_s']}s, held at the 1.5x rates {result['held_at_1_5x_s']}s: "
+        f"crawl {result['crawl_s']}s, the crawl held at the 1.5x rates (oracle Crawl-delay) "
+        f"{result['held_at_1_5x_s']}s (pages / 1.5x rate: {result['pages_over_1_5x_rate_s']}s): "
         f"{speed} as fast [{'ok' if speed_ok else 'MISSED'}]  coverage "
-        f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%"
+        f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%  "
+        f"load average {result['load_average_before_after']}"
     )
 
 
@@ -432,7 +456,8 @@ def print_result(mode: str, result: dict[str, Any]) -> None:
         f"[{'ok' if checks['ban_share'] else 'MISSED'}]"
         f"  crawl {result['crawl_s']}s / bound {result['bound_s']}s = "
         f"{result['time_over_bound']:.2f} [{'ok' if checks['time_over_bound'] else 'MISSED'}]"
-        f"  (flow wall time {result['flow_wall_s']}s)"
+        f"  (flow wall time {result['flow_wall_s']}s, load average "
+        f"{result['load_average_before_after']})"
     )
 
 
@@ -455,8 +480,9 @@ def run_rate_limited(
             f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit)"
         )
         for mode in modes:
-            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "limited")
+            crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "limited")
             results[mode] = measure(crawl_dir, truth, expected, wall_s)
+            results[mode]["load_average_before_after"] = load
             print_result(mode, results[mode])
             suffix = "" if mode == modes[0] else f"_{mode}"
             png = plot_host_rates(
@@ -479,21 +505,29 @@ def run_degrading(
     spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    with WebSim(spec) as sim:
-        expected = sim.reachable_allowed_urls()
-        truth = degrading_truth(sim, expected)
-        print(
-            f"\ndegrading websim: {spec.hosts} hosts, {len(expected)} reachable allowed pages, "
-            f"capacities {min(t.capacity_rps for t in truth):.1f}-"
-            f"{max(t.capacity_rps for t in truth):.1f}/s, unloaded RTT "
-            f"{min(t.unloaded_ms for t in truth):.0f}-{max(t.unloaded_ms for t in truth):.0f} ms"
-        )
-        for mode in modes:
-            sim.request_log(clear=True)
-            crawl_dir, wall_s = run_crawl(sim, mode, out_dir, "degrading")
+    held_spec = replace(spec, crawl_delay_at_inflation=HELD_INFLATION)
+    held_s: float | None = None
+    for mode in [HELD, *modes]:
+        # The same web (same seed: pages, links, server models); the held crawl's copy also
+        # serves the oracle Crawl-delay.
+        with WebSim(held_spec if mode == HELD else spec) as sim:
+            expected = sim.reachable_allowed_urls()
+            truth = degrading_truth(sim, expected)
+            if mode == HELD:
+                print(
+                    f"\ndegrading websim: {spec.hosts} hosts, {len(expected)} reachable allowed "
+                    f"pages, capacities {min(t.capacity_rps for t in truth):.1f}-"
+                    f"{max(t.capacity_rps for t in truth):.1f}/s, unloaded RTT "
+                    f"{min(t.unloaded_ms for t in truth):.0f}-"
+                    f"{max(t.unloaded_ms for t in truth):.0f} ms"
+                )
+            crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "degrading")
             server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
-            results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s, server_ms)
-            print_degrading(mode, results[mode])
+        results[mode] = measure_degrading(crawl_dir, truth, expected, wall_s, server_ms, held_s)
+        results[mode]["load_average_before_after"] = load
+        held_s = results[HELD]["crawl_s"]
+        print_degrading(mode, results[mode])
+        if mode != HELD:
             suffix = "" if mode == modes[0] else f"_{mode}"
             png = plot_degrading(results[mode], plots_dir / f"degrading{suffix}.png", mode)
             print(f"plot: {png}")
@@ -522,6 +556,9 @@ def main() -> None:
         default=["rate-limited", "degrading"],
     )
     parser.add_argument("--keep", type=Path, help="keep the crawl output here")
+    parser.add_argument(
+        "--degrading-seed", type=int, help="another degrading web (default: the one picked)"
+    )
     args = parser.parse_args()
     plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -535,9 +572,10 @@ def main() -> None:
             if len(args.modes) > 1:
                 document["modes"] = limited
         if "degrading" in args.webs:
-            document["degrading"] = run_degrading(
-                DEGRADING_WEBS[size], args.modes, out_dir, plots_dir
-            )
+            spec = DEGRADING_WEBS[size]
+            if args.degrading_seed is not None:
+                spec = replace(spec, seed=args.degrading_seed)
+            document["degrading"] = run_degrading(spec, args.modes, out_dir, plots_dir)
     finally:
         if args.keep is None:
             shutil.rmtree(out_dir, ignore_errors=True)

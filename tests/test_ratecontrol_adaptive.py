@@ -129,7 +129,7 @@ def test_adaptive_small_host_costs_at_most_two_bans(limit: float, latency_ms: fl
     run = run_token_bucket(controller, limit, latency_ms, pages=300)
     assert len(run.ban_times) <= 2
     # The start costs a few seconds on slow-answering hosts: the ceiling holds (the connection
-    # busy at most 1/6 of the time) until the unloaded RTT is learnt and the host has shown
+    # busy at most 1/3 of the time) until the unloaded RTT is learnt and the host has shown
     # it is fast.
     assert run.elapsed_s <= 1.35 * 300 / limit
 
@@ -173,6 +173,19 @@ def test_adaptive_second_ban_measures_the_served_rate() -> None:
     served = 40 / (now - first_ban)
     assert controller.target == pytest.approx(0.97 * served)
     assert controller.rate <= controller.target  # never above the target after a ban
+
+
+def test_adaptive_first_ban_after_gentle_growth_trusts_its_rate() -> None:
+    # Past the ceiling, without slow start, the delay side raises the rate a few percent per
+    # response: a ban then says the limit was crossed just now, not several times over.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = clean_responses(controller, 0.0, 60, rtt=0.05)
+    assert controller.proven_fast and not controller.slow_start
+    banned_at = 1.0 / max(controller.current_delay(), controller.rtt.srtt or 0.0)
+    rate = controller.rate
+    ban(controller, now)
+    assert controller.target == pytest.approx(0.92 * banned_at)
+    assert controller.rate == pytest.approx(min(rate, banned_at) / 2)
 
 
 def test_adaptive_idle_host_does_not_trust_the_served_rate() -> None:
@@ -316,9 +329,9 @@ DEGRADING_SEEDS = range(6)
 def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
     # The goals on websim's model (M/M/1, 2 ms of network latency, response times
     # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
-    # most 1.5x the unloaded one, and the crawl on average at least 80% as fast as one held at
-    # the rate where the RTT reaches 1.5x (no run below 75%: the unloaded RTT learnt from 16
-    # noisy samples under the ceiling sets where a run settles, 1.42x of it).
+    # most 1.5x the unloaded one, and the crawl at least 80% as fast as one held at the rate
+    # where the RTT reaches 1.5x in every run, 85% on average (the unloaded RTT learnt from 32
+    # noisy samples under the ceiling sets where a run settles, 1.45x of it).
     model = QueueingModel(0.002, capacity)
     held_s = 600 / model.rate_at_inflation(1.5)
     speeds = []
@@ -327,8 +340,19 @@ def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
         rtts, elapsed = run_degrading(controller, model, seed=seed)
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
         speeds.append(held_s / elapsed)
-    assert statistics.mean(speeds) >= 0.8
-    assert min(speeds) >= 0.75
+    assert statistics.mean(speeds) >= 0.85
+    assert min(speeds) >= 0.8
+
+
+@pytest.mark.parametrize("capacity", [3.0, 8.0, 20.0, 40.0])
+def test_adaptive_small_degrading_hosts_stay_under_the_goal(capacity: float) -> None:
+    # Over 80 pages the start weighs most: the ceiling's pace and the climb from it must not
+    # run a small host past 1.5x either.
+    model = QueueingModel(0.002, capacity)
+    for seed in range(8):
+        controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
+        rtts, _ = run_degrading(controller, model, pages=80, seed=seed)
+        assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
 
 
 @pytest.mark.parametrize("capacity", [3.0, 20.0])
@@ -345,12 +369,14 @@ def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
 
 @pytest.mark.parametrize("service_ms", [20.0, 500.0])
 def test_adaptive_goes_back_to_back_where_the_rtt_does_not_rise(service_ms: float) -> None:
-    # A server with several workers: the ceiling's samples, read as M/M/1, put U up to 1/6
-    # low, so the RTT reads as 1.17 U at any rate. That must not pass for queueing: slow start
-    # measures the rise from the ceiling's RTT, and the rate ends at the fetch time.
+    # A server with several workers: the ceiling's samples, read as M/M/1, put U up to a
+    # quarter low, so the RTT reads as up to 1.37 U at any rate. That must not pass for
+    # queueing: once the rate has doubled past the ceiling's without the RTT rising, U is
+    # raised to the ceiling's RTT, and the rate ends at the fetch time.
     model = SeveralWorkers(0.002, service_ms / 1000)
     controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
     rtts, _ = run_degrading(controller, model, pages=300)
+    assert controller.queueing.floor_s > 0  # the ceiling's RTT, taken as unloaded
     assert controller.current_delay() == pytest.approx(controller.rtt.srtt, rel=0.05)
     assert statistics.median(rtts[-100:]) <= 1.1 * model.unloaded_rtt_s
 
@@ -402,7 +428,7 @@ def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:
         start = max(now, controller.earliest_next())
         controller.on_request_start(start)
         now = start + rtt
-        # Before the proof: never faster than one request per (1 + 5) RTTs.
+        # Before the proof: never faster than one request per (1 + 2) RTTs.
         if not controller.proven_fast:
             assert controller.current_delay() >= (1 + config.unproven_delay_factor) * rtt - 1e-9
         controller.on_response(now, rtt, 200, None)

@@ -486,3 +486,25 @@ def test_a_degrading_host_answers_slower_under_load_and_never_says_no():
     # Back to back settles where rate = 1/RTT(rate): at least 1.4x the unloaded RTT here
     # (m = 1 ms, s = 50 ms: rho = 0.49), however slow the client is.
     assert loaded >= 1.4 * model.unloaded_rtt_s
+
+
+def test_oracle_crawl_delay_holds_each_degrading_host_at_an_inflation():
+    # bench/politeness's baseline: the same web, each host asking for Crawl-delay = 1 / the
+    # rate at which its median response time reaches 1.5x the unloaded one.
+    spec = WebSpec(hosts=12, pages=300, seed=4, capacity_rps=(2.0, 20.0), crawl_delay_share=0)
+    plain = build_web(spec)
+    held = build_web(replace(spec, crawl_delay_at_inflation=1.5))
+    renderer = Renderer(held, port=80)
+    for i, (before, after) in enumerate(zip(plain.hosts, held.hosts, strict=True)):
+        model = after.queueing()
+        assert model is not None and before.crawl_delay_s is None
+        assert after.crawl_delay_s == pytest.approx(1 / model.rate_at_inflation(1.5))
+        assert replace(after, crawl_delay_s=None) == before
+        robots = Protego.parse(renderer.robots(i).decode())
+        assert robots.crawl_delay("crawlflow") == pytest.approx(after.crawl_delay_s, rel=1e-5)
+        assert robots.can_fetch(f"http://{after.address}/private/x", "crawlflow") == (
+            after.robots_disallow is None
+        )
+    assert held.allowed.tolist() == plain.allowed.tolist()
+    with pytest.raises(ValueError, match="crawl_delay_at_inflation"):
+        WebSpec(crawl_delay_at_inflation=1.5)  # no degrading hosts

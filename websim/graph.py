@@ -7,7 +7,7 @@ in a fixed order, so the same spec always gives the same web. Pages are numbered
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -284,7 +284,7 @@ def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -
         c_lo, c_hi = np.log(spec.capacity_rps[0]), np.log(spec.capacity_rps[1])
         draw = np.random.default_rng([spec.seed, 17]).random(h)
         capacities = np.exp(c_lo + draw * (c_hi - c_lo)).tolist()
-    return [
+    profiles = [
         HostProfile(
             address=host_address(i),
             pages=int(sizes[i]),
@@ -298,3 +298,12 @@ def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -
         )
         for i in range(h)
     ]
+    if spec.crawl_delay_at_inflation is None:
+        return profiles
+    held = []
+    for profile in profiles:
+        model = profile.queueing()
+        assert model is not None  # the spec checks that every host degrades
+        delay = 1.0 / model.rate_at_inflation(spec.crawl_delay_at_inflation)
+        held.append(replace(profile, crawl_delay_s=delay))
+    return held

@@ -120,15 +120,17 @@ class Renderer:
     def robots(self, host: int) -> bytes | None:
         """robots.txt of a host, or None when it has none (served as a 404)."""
         profile = self.web.hosts[host]
-        if profile.robots_disallow is None:
+        if profile.robots_disallow is None and profile.crawl_delay_s is None:
             return None
-        lines = [
-            "User-agent: BadBot",
-            "Disallow: /",
-            "",
-            "User-agent: *",
-            f"Disallow: {profile.robots_disallow}",
-        ]
+        lines = ["User-agent: *"]
+        if profile.robots_disallow is not None:
+            lines = [
+                "User-agent: BadBot",
+                "Disallow: /",
+                "",
+                "User-agent: *",
+                f"Disallow: {profile.robots_disallow}",
+            ]
         if profile.crawl_delay_s is not None:
             lines.append(f"Crawl-delay: {profile.crawl_delay_s:g}")
         return ("\n".join(lines) + "\n").encode()

@@ -43,6 +43,10 @@ class WebSpec:
     # capacity drawn log-uniformly from this range (requests/s), so its response time grows with
     # the rate it is asked at, and it never answers 429/503. None: response times ignore load.
     capacity_rps: tuple[float, float] | None = None
+    # An oracle for benchmarks: every degrading host's robots.txt asks for a Crawl-delay of one
+    # over the rate at which its median response time reaches this multiple of the unloaded
+    # one, so a crawl that keeps Crawl-delay is held at that rate. None: no such Crawl-delay.
+    crawl_delay_at_inflation: float | None = None
     # robots.txt: this share of hosts disallows /private/; of those, crawl_delay_share also
     # asks for a Crawl-delay (0 disables it).
     robots_share: float = 0.3
@@ -94,6 +98,10 @@ class WebSpec:
             raise ValueError("rate_limit_rps must be (low, high) with 0 < low <= high, or None")
         if self.capacity_rps is not None and not 0 < self.capacity_rps[0] <= self.capacity_rps[1]:
             raise ValueError("capacity_rps must be (low, high) with 0 < low <= high, or None")
+        if self.crawl_delay_at_inflation is not None and (
+            self.capacity_rps is None or self.crawl_delay_at_inflation <= 1
+        ):
+            raise ValueError("crawl_delay_at_inflation needs capacity_rps and must be > 1")
         shares = (
             self.same_host_link_share,
             self.private_share,

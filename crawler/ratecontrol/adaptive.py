@@ -21,11 +21,15 @@ SERVED_MAX_IDLE_SHARE = 0.1
 PROOF_SAMPLES = 4
 # The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
 # recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
-RECENT_SAMPLES = 32
+RECENT_SAMPLES = 16
 UNLOADED_HISTORY = 64
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
-UNLOADED_DUTY_MARGIN = 1.25
+# Small: on a server with several workers, U is the ceiling's RTT divided by up to (1 + this
+# times the share), which must stay well under rtt_target for the server to show it is fast.
+UNLOADED_DUTY_MARGIN = 1.1
+# The delay side's largest step, as a factor between the current rate and the rate it aims at.
+MAX_RATE_ERROR = 2.0
 
 
 class AdaptiveRateController(PacedController):
@@ -36,38 +40,49 @@ class AdaptiveRateController(PacedController):
 
     Delay side (`QueueingDelay`): with U the unloaded RTT and R the current RTT (interquartile
     means of log RTT), the inflation R/U is what the controller steers: to `rtt_target`
-    (1.42), the middle of the band between the RTT of an idle server (1x) and the 1.5x that
-    politeness allows, as close to 1.5x as U's error (a few percent) leaves room for. Queueing
-    under `rtt_noise_s` (R - U) reads as none: on fast hosts that much is the client's own
+    (1.45), under the 1.5x that politeness allows by about U's error. Queueing under
+    `rtt_noise_s` (R - U) never brakes: on fast hosts that much is the client's own
     scheduling jitter.
 
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
-      `unproven_delay_factor` (Heritrix's politeness waits 5 fetch times between requests):
-      the connection is busy at most 1/(1 + f) of the time, and the RTTs of requests sent
-      that idle are unloaded ones; `base_samples` of them make U known. The host shows it is
-      fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the ceiling or
-      more kept R/U under the target: its RTT did not inflate as the rate grew to the
-      ceiling. Then only the signals below bound r.
+      `unproven_delay_factor` (2): the connection is busy at most 1/(1 + f) of the time, and
+      the RTTs of requests sent at most that busy, each divided by (1 + busy share), are
+      unloaded ones (`QueueingDelay`); `base_samples` (32) of them make U known. Busier than
+      Heritrix's default (f = 5) so that U is learnt from twice the samples in the same time:
+      its error, not the ceiling's pace, is what decides where a host settles. The host shows
+      it is fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the
+      ceiling or more kept R/U under the target. Then only the signals below bound r.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
       has risen by half the target's distance from U over its value at the ceiling (as
-      HyStart ends TCP's on a rise of delay).
-    - Then, per clean response, r *= (rtt_target / (R/U)) ** rtt_gain: a multiplicative step
-      proportional to the relative error (in logs, so a factor too fast and a factor too slow
-      weigh the same), small near the target (LEDBAT's linear controller), so r settles where
-      R = rtt_target * U without oscillating: R averages RECENT_SAMPLES responses, a lag of
-      about half of them, and a step of a few percent per response at most turns r by much
-      less than that lag can overshoot. Per response, not per second, so a slow host is not
-      outrun. After a ban the loss side below sets the pace, and queueing brakes only from
-      R/U = 2 * rtt_target - 1 (twice the target's distance from U).
+      HyStart ends TCP's on a rise of delay). On a server that queues, the division of the
+      ceiling's RTTs by (1 + busy share) already reads as that rise, and slow start ends at
+      the ceiling.
+    - Then, per clean response, r *= (rate at the target / r) ** rtt_gain, the rate at the
+      target as a server working one request at a time (M/M/1, the most delay-sensitive
+      kind) would have it: inflation I = 1/(1 - busy share), so the target's rate is r *
+      (1 - 1/rtt_target) / (1 - 1/I), capped at MAX_RATE_ERROR times r where the RTT shows
+      little or no inflation (multiplicative increase). On such a server this closes
+      `rtt_gain` of the distance (in logs) per response whatever the distance, so it comes up
+      from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
+      responses, a lag of about half of them, over which the steps add up to well under the
+      distance. Per response, not per second, so a slow host is not outrun. After a ban the
+      loss side below sets the pace, and queueing brakes only from R/U = 2 * rtt_target - 1
+      (twice the target's distance from U).
+    - A server with several workers does not queue one request behind another: its RTT does
+      not rise with the rate, and the division by (1 + busy share) put U too low. Once r has
+      stayed at twice the ceiling's rate for RECENT_SAMPLES responses without R rising (as
+      slow start measures it), the ceiling's RTT is taken as unloaded: U is raised to it.
 
     Loss side (token buckets answering 429/503):
 
     - A ban at rate r_b pauses the host for its Retry-After (or, from the second ban in a
       row, backoff) and sets a new target T; r drops to min(r, r_b) * ban_backoff, and never
-      above T. The first ban, which ends slow start, backs off twice as far (ban_backoff**2):
-      slow start runs past a token bucket's rate until the burst allowance is spent, by a
-      factor of 2**(burst seconds / doubling time), 3-4x for one second of burst.
+      above T. A first ban that ends slow start or comes at the ceiling's pace backs off twice
+      as far (ban_backoff**2): those run past a token bucket's rate until the burst allowance
+      is spent, slow start by a factor of 2**(burst seconds / doubling time), 3-4x for one
+      second of burst. One that comes as the delay side's gentle growth crept over the limit
+      does not, and counts as after a probe that held (below).
     - The target. A token bucket is empty at every ban, so the pages served between two bans
       over the time between them (the served rate) are a lower bound of its rate, and a tight
       one when the host was kept busy: with the bucket refilled in the pause and drained
@@ -78,8 +93,8 @@ class AdaptiveRateController(PacedController):
       that ends a probe from a measured target, the last target that held (see probing) is
       a floor: the served rate then also counts the time spent below the limit. Otherwise
       (the first ban, or an idle host) only the ban rate says something: T =
-      ban_target_share * W with W = r_b after a probe that held, else CUBIC's "fast
-      convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
+      ban_target_share * W with W = r_b after a probe that held or gentle growth, else
+      CUBIC's "fast convergence" W = r_b * (1 + ban_backoff)/2, floored by the served rate.
     - Afterwards r approaches T from below: each clean response closes `approach_gain` of the
       gap, fast when far, cautious near it.
     - Every `probe_every` clean responses in a row, T is raised by `probe_step`, doubling the
@@ -108,6 +123,10 @@ class AdaptiveRateController(PacedController):
         self.proven_fast = False
         # The current RTT when the ceiling lifted: what slow start measures its rise against.
         self._ceiling_rtt: float | None = None
+        # ...and the rate then, until the RTT has shown whether it rises with the rate, and
+        # the responses since at twice that rate.
+        self._ceiling_rate: float | None = None
+        self._fast_streak = 0
         self._proof_streak = 0
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
@@ -184,13 +203,25 @@ class AdaptiveRateController(PacedController):
             return 1.0
         return current / unloaded
 
-    def _target_after_ban(self, now: float) -> tuple[float, bool]:
+    def _rate_error(self, inflation: float | None) -> float:
+        """log(rate at the target / current rate) for a server that works one request at a time
+        (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
+        MAX_RATE_ERROR where the RTT shows little or no inflation."""
+        busy_target = 1.0 - 1.0 / self.settings.rtt_target
+        busy_now = 1.0 - 1.0 / (1.0 if inflation is None else inflation)
+        if busy_now * MAX_RATE_ERROR <= busy_target:
+            return math.log(MAX_RATE_ERROR)
+        return math.log(busy_target / busy_now)
+
+    def _target_after_ban(self, now: float, overshot: bool) -> tuple[float, bool]:
         """The rate to settle at after a ban, and whether it was measured (see the class
-        notes)."""
+        notes). `overshot`: False for a first ban that came as the delay side's gentle growth
+        crept over the limit; the rate had held just below banned_at, as in a probe."""
         cfg = self.settings
         banned_at = self._rate_at_start
-        # The ban ends a probe: the rate had held just below banned_at.
-        estimate = banned_at if self._held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
+        # The ban ends a probe, or gentle growth: the rate had held just below banned_at.
+        held = self._held or (self.target is None and not overshot)
+        estimate = banned_at if held else banned_at * (1.0 + cfg.ban_backoff) / 2.0
         elapsed = 0.0 if self._last_ban_at is None else now - self._last_ban_at
         if elapsed <= 0 or self._pages_since_ban < SERVED_MIN_PAGES:
             return cfg.ban_target_share * estimate, False
@@ -204,10 +235,12 @@ class AdaptiveRateController(PacedController):
     def _on_outcome(self, now: float, outcome: Outcome) -> None:
         cfg = self.settings
         if outcome is Outcome.BAN:
-            # Slow start runs past a token bucket's rate until the burst is spent, by a factor
-            # of 2**(burst seconds / doubling time): its end backs off twice as far.
-            backoff = cfg.ban_backoff if self.target is not None else cfg.ban_backoff**2
-            self.target, self._measured = self._target_after_ban(now)
+            # Slow start (and the ceiling's pace, which may be far above a limit) runs past a
+            # token bucket's rate until the burst is spent, by a factor of 2**(burst seconds /
+            # doubling time): the first ban then backs off twice as far.
+            overshot = self.slow_start or not self.proven_fast
+            backoff = cfg.ban_backoff**2 if self.target is None and overshot else cfg.ban_backoff
+            self.target, self._measured = self._target_after_ban(now, overshot)
             self.slow_start = False
             self._held = False
             self._last_ban_at = now
@@ -223,10 +256,11 @@ class AdaptiveRateController(PacedController):
         if outcome is Outcome.ERROR:
             return  # no growth on failures; runs of them pause the host (shared layer)
         self._pages_since_ban += 1
+        self._check_flat()
         inflation = self.inflation()
         self._check_proof(inflation)
         # The relative error, in logs: up as fast as down for the same factor off the target.
-        error = math.log(cfg.rtt_target / (1.0 if inflation is None else inflation))
+        error = self._rate_error(inflation)
         step = math.exp(cfg.rtt_gain * error)
         # Queueing above the target brakes. Once bans have given a target, the server has said
         # how fast it wants to be asked, and only strong queueing (at twice the target's
@@ -274,6 +308,24 @@ class AdaptiveRateController(PacedController):
         halfway = (self.settings.rtt_target - 1.0) / 2.0 * unloaded
         return current - base >= max(self.settings.rtt_noise_s, halfway)
 
+    def _check_flat(self) -> None:
+        """Once the rate has doubled past the ceiling's for RECENT_SAMPLES responses (so that R
+        is measured at it): if the RTT did not rise meanwhile, the server does not queue one
+        request behind another (it has several workers), so the RTTs at the ceiling were
+        unloaded ones, and U, which took them as stretched by the busy share (one worker, the
+        worst case), is raised to them."""
+        if self._ceiling_rate is None:
+            return
+        if self._rate_at_start < 2.0 * self._ceiling_rate:
+            self._fast_streak = 0
+            return
+        self._fast_streak += 1
+        if self._fast_streak < RECENT_SAMPLES:
+            return
+        if not self._rtt_rose() and self._ceiling_rtt is not None:
+            self.queueing.floor_s = self._ceiling_rtt
+        self._ceiling_rate = None
+
     def _check_proof(self, inflation: float | None) -> None:
         """Count responses that show the host is fast: sent near the ceiling, RTT not inflated."""
         if self.proven_fast or inflation is None:
@@ -285,6 +337,7 @@ class AdaptiveRateController(PacedController):
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
             if self.proven_fast:
                 self._ceiling_rtt = self.queueing.current_s
+                self._ceiling_rate = self._rate_at_start
         else:
             self._proof_streak = 0
 

@@ -21,7 +21,9 @@ class QueueingDelay:
       such a load, one with more workers by less, so the estimate errs low, on the polite
       side. Known from `samples` of them. Refreshed whenever requests go out that slowly: after
       the host sat idle, and whenever the controller itself brakes that far, so a U learnt too
-      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT).
+      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT). Never below
+      `floor_s`, what the caller learnt otherwise (a server whose RTT does not rise with the
+      rate: the busy share did not stretch it).
     - Current RTT R: over the last `recent` page RTTs, whatever the load.
     """
 
@@ -30,6 +32,7 @@ class QueueingDelay:
         self.samples = samples
         self._unloaded: deque[float] = deque(maxlen=history)
         self._recent: deque[float] = deque(maxlen=recent)
+        self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
 
     def observe(self, rtt_s: float, duty: float) -> None:
         """A page RTT, and the share of the time the connection was busy when it was sent."""
@@ -46,7 +49,9 @@ class QueueingDelay:
 
     @property
     def unloaded_s(self) -> float | None:
-        return math.exp(_interquartile_mean(self._unloaded)) if self._unloaded else None
+        if not self._unloaded:
+            return None
+        return max(self.floor_s, math.exp(_interquartile_mean(self._unloaded)))
 
     @property
     def current_s(self) -> float | None:

@@ -91,19 +91,20 @@ class RateControlSettings(BaseModel):
     )
     # Adaptive controller, delay side (servers that slow down instead of refusing).
     rtt_target: float = Field(
-        1.42, gt=1, description="hold the page RTT at this multiple of the unloaded RTT"
+        1.45, gt=1, description="hold the page RTT at this multiple of the unloaded RTT"
     )
     rtt_noise_s: float = Field(
-        0.01, ge=0, description="queueing delay below this is never a brake (client jitter)"
+        0.005, ge=0, description="queueing delay below this is never a brake (client jitter)"
     )
     rtt_gain: float = Field(
-        0.08, gt=0, le=1, description="log-rate step per response per unit of log error"
+        0.03, gt=0, le=1, description="log-rate step per response per unit of log error"
     )
     # Until a server has shown it is fast, wait at least this many RTTs after each response
-    # (Heritrix's delayFactor): its connection is busy at most 1/(1+5) of the time, and the
-    # RTTs of requests sent that idle are its unloaded RTT, known from `base_samples` of them.
-    unproven_delay_factor: float = Field(5.0, gt=0)
-    base_samples: int = Field(16, ge=1)
+    # (as Heritrix's delayFactor, 5 there): its connection is busy at most 1/(1+2) of the time,
+    # and the RTTs of requests sent that idle give its unloaded RTT, known from `base_samples`
+    # of them.
+    unproven_delay_factor: float = Field(2.0, gt=0)
+    base_samples: int = Field(32, ge=1)
 
     @model_validator(mode="before")
     @classmethod
