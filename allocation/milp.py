@@ -24,14 +24,19 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    leave room for the packing loss) are packed type by type with minimum bin slack
    (``allocation.packing``), each then losing the bins whose tasks fit in the others;
    the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
-2. the bound's own task -> type choice packed by CBC on exactly the relaxation's node count per
-   type (``allocation.aggregate.pack_into``), for the types where the heuristics needed more:
-   when it succeeds for every type, the plan meets the bound;
-3. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
+   drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
+   first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
+   bound), those plus one node of each type (a plan within one node's price of it), and the
+   relaxations' at the lower capacity shares. The greedy packers fill nodes one at a time and
+   often need a node more than the counts allow; the search repairs a whole assignment;
+3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
+   (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
+4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
-4. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
    covers every task, which recombines bins of different plans;
-5. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+6. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
    identical, so they are ordered by their first task in a fixed task order (largest first); then
    open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
    positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
@@ -56,11 +61,12 @@ from dataclasses import dataclass
 
 import pulp
 
-from allocation.aggregate import Aggregate, pack_into, solve_aggregate
+from allocation.aggregate import Aggregate, solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
-from allocation.heuristics import improve, several_ffd
+from allocation.fixed_bins import pack_on_bins
+from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
 from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
 from allocation.packing import (
@@ -85,14 +91,15 @@ TOLERANCE = 1e-6
 # 200-task instances, where no single setting found the best plan on all of them.
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
-# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the exact
-# packing of the bound's relaxation, the local search on the best candidates, and the
-# restricted master; the full model gets the rest but a
-# margin, since writing the model for CBC and reading it back run past CBC's own clock.
+# Shares of the time limit (CPU seconds) by which each phase must end: candidates, the packing
+# on given node counts, the shrinking of the best plan, the local search on the best candidates,
+# and the restricted master; the full model gets the rest but a margin, since writing the model
+# for CBC and reading it back run past CBC's own clock.
 CANDIDATE_SHARE = 0.4
-EXACT_SHARE = 0.65
-IMPROVE_SHARE = 0.7
-MASTER_SHARE = 0.8
+FILL_SHARE = 0.6
+SHRINK_SHARE = 0.8
+IMPROVE_SHARE = 0.82
+MASTER_SHARE = 0.87
 CBC_MARGIN_SHARE = 0.1
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
@@ -135,26 +142,34 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     def best() -> Packing | None:
         return min(candidates, key=lambda p: packing_cost(instance, p), default=None)
 
-    def closed() -> bool:
+    def best_cost() -> float:
         incumbent = best()
-        return incumbent is not None and packing_cost(instance, incumbent) <= lower + TOLERANCE
+        return packing_cost(instance, incumbent) if incumbent is not None else math.inf
 
-    bound_relaxation: list[tuple[Aggregate, list[Packing]]] = []
+    def closed() -> bool:
+        return best_cost() <= lower + TOLERANCE
+
+    relaxations: list[tuple[float, Aggregate, list[Packing]]] = []
     for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE),
-                                        bound_relaxation):
+                                        relaxations):
         lower = max(lower, bound)
         if candidate is not None and within_limits(instance, candidate):
             candidates.append(candidate)
         if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
-    for aggregate, packings in bound_relaxation:
-        if not closed() and aggregate.by_type is not None and aggregate.nodes is not None:
-            exact = eliminate_bins(instance, _packed_exactly(
-                instance, aggregate.by_type, aggregate.nodes, packings,
-                lambda: clock.until(EXACT_SHARE)))
-            if within_limits(instance, exact):
-                candidates.append(exact)
+    if not closed():
+        for filled in _filled(instance, relaxations, best_cost, clock, FILL_SHARE):
+            if within_limits(instance, filled):
+                candidates.append(filled)
+            if closed():
+                break
+
+    if not closed() and candidates:
+        for shrunk in _shrunk(instance, best(), clock, SHRINK_SHARE):
+            candidates.append(shrunk)
+            if closed():
+                break
 
     if not closed():
         cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
@@ -213,11 +228,11 @@ def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seco
 
 
 def _candidates(instance: Instance, time_left: Callable[[], float],
-                bound_relaxation: list[tuple[Aggregate, list[Packing]]]
+                relaxations: list[tuple[float, Aggregate, list[Packing]]]
                 ) -> Iterator[tuple[Packing | None, float]]:
     """Candidate packings (None when a relaxation found no task -> type choice), each with the
-    lower bound known when it was made. The relaxation that gives the bound (capacity share 1)
-    is appended to ``bound_relaxation`` with its packings per type, by minimum bin slack."""
+    lower bound known when it was made. Each relaxation with a task -> type choice is appended
+    to ``relaxations`` with its capacity share and its packings by minimum bin slack."""
     for heuristic in (first_fit, first_fit_decreasing):
         try:
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
@@ -233,30 +248,78 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
         if aggregate.by_type is None:
             yield None, lower
             continue
-        packings = []
-        for power in SCARCITY_POWERS:
-            packing = {type_name: min_slack_bins(instance, type_name, task_ids, power)
-                       for type_name, task_ids in aggregate.by_type.items()}
-            packings.append(packing)
+        packings = [{type_name: min_slack_bins(instance, type_name, task_ids, power)
+                     for type_name, task_ids in aggregate.by_type.items()}
+                    for power in SCARCITY_POWERS]
+        # Recorded before the packings are yielded: the caller may stop at any yield.
+        relaxations.append((share, aggregate, packings))
+        for packing in packings:
             yield eliminate_bins(instance, packing), lower
-        if share == 1.0:
-            bound_relaxation.append((aggregate, packings))
 
 
-def _packed_exactly(instance: Instance, by_type: dict[str, list[str]], nodes: dict[str, int],
-                    packings: list[Packing], time_left: Callable[[], float]) -> Packing:
-    """The aggregated relaxation's task -> type choice packed on its node counts by CBC, type by
-    type, where the heuristics' packings need more nodes; a type CBC cannot settle keeps the
-    heuristics' fewest bins. When every type is settled this plan meets the bound."""
-    packing: Packing = {}
-    for type_name, task_ids in by_type.items():
-        fewest = min((p.get(type_name, []) for p in packings), key=len)
-        exact = None
-        if len(fewest) > nodes[type_name] and time_left() > 0:
-            exact = pack_into(instance, type_name, task_ids, nodes[type_name], fewest,
-                              max(time_left(), 0.5))
-        packing[type_name] = exact if exact is not None else fewest
-    return packing
+def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
+            cost_to_beat: Callable[[], float], clock: CpuClock, share: float
+            ) -> Iterator[Packing]:
+    """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
+    tried only if it would beat ``cost_to_beat()``: the relaxations' counts (the bound's first:
+    a plan that meets the bound), and the bound's counts plus one node of each type (a plan
+    within one node's price of it). The first trial gets half of the CPU time left before
+    ``share`` of the limit, each later one an equal part of what remains."""
+    trials: dict[tuple[str, ...], tuple[float, Packing]] = {}
+    for capacity_share, aggregate, packings in relaxations:
+        if aggregate.nodes is None:
+            continue
+        nodes = aggregate.nodes
+        start = {t: min((p.get(t, []) for p in packings), key=len) for t in nodes}
+        bins = tuple(name for name, count in nodes.items() for _ in range(count))
+        extras = [(nt.name,) for nt in instance.node_types
+                  if capacity_share == 1.0 and room_for(nt, nodes.get(nt.name, 0))]
+        for extra in [(), *extras]:
+            key = tuple(sorted(bins + extra))
+            if key not in trials:
+                trials[key] = (_bins_cost(instance, key), start)
+    ordered = sorted(trials.items(), key=lambda item: item[1][0])
+    for position, (bins, (cost, start)) in enumerate(ordered):
+        if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
+            return
+        part = 0.5 if position == 0 else 1 / (len(ordered) - position)
+        stop = clock.elapsed() + part * clock.until(share)
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        if packing is not None:
+            yield packing
+
+
+def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
+            ) -> Iterator[Packing]:
+    """Plans with one node fewer than the last, each by ``pack_on_bins`` from the last: the node
+    dropped is of the type whose last node saves the most that can spare one, else the next
+    type. Stops when no type can spare a node or at ``share`` of the limit; each trial gets half
+    of the CPU time left."""
+    current = packing
+    while clock.until(share) > 0:
+        counts = {name: len(bins) for name, bins in current.items() if bins}
+        by_saving = sorted(counts, key=lambda name: -last_bin_price(instance.node_type(name),
+                                                                     counts[name]))
+        for name in by_saving:
+            bins = tuple(t for t, count in counts.items()
+                         for _ in range(count - (t == name)))
+            stop = clock.elapsed() + 0.5 * clock.until(share)
+            shrunk = pack_on_bins(instance, bins, current,
+                                  lambda stop=stop: clock.elapsed() >= stop)
+            if shrunk is not None:
+                break
+            if clock.until(share) <= 0:
+                return
+        else:
+            return
+        yield shrunk
+        current = shrunk
+
+
+def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:
+    """What nodes of these types cost, each type's first ``max_reserved`` reserved."""
+    return packing_cost(instance, {nt.name: [[]] * bins.count(nt.name)
+                                   for nt in instance.node_types})
 
 
 class _Model:

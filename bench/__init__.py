@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from tasks.environment import confine_to_loopback
+from runtime.environment import confine_to_loopback
 
 confine_to_loopback()  # benchmarks, like tests, reach loopback only
 

@@ -42,8 +42,8 @@ from bench.allocation_instances import (
 )
 
 MILP_TIME_LIMIT_S = 10.0
-# Instances per family: of 200 tasks for the goal, and of 50-400 tasks.
-GOAL_SEEDS = 2
+# Instances per family: of 200 tasks for the goal (seeds 0-3), and of 50-400 tasks.
+GOAL_SEEDS = 4
 SIZE_SEEDS = 1
 
 

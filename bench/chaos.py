@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
 from crawler.politeness import is_retryable
 from crawler.traps import url_family
 from crawler.urls import canonical_url, host_key
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
@@ -101,16 +101,15 @@ def crawl_in_process(
     directory and whether the crawl finished within `timeout_s`."""
     seeds = [canonical_url(seed) for seed in seeds]
     hosts = sorted(set(scope) | {host_key(seed) for seed in seeds})
-    node = CrawlerNode(
-        "node-0", "chaos", str(out_dir), config, hosts, hosts, allow_private, max_depth=None
-    )
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    plan = single_node("chaos", str(out_dir), config, hosts, allow_private)
+    fleet = start_fleet(plan, "inprocess")
+    coordinator = fleet.coordinator()
     coordinator.seed(seeds)
     # The coordinator has no deadline of its own; a crawl that never ends is a finding here.
     driver = threading.Thread(target=coordinator.run, kwargs={"poll_s": 0.02}, daemon=True)
     driver.start()
     driver.join(timeout_s)
-    node.close()
+    fleet.stop()
     return out_dir / "chaos", not driver.is_alive()
 
 

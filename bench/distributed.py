@@ -2,10 +2,10 @@
 on and off, with a delay on every call to shared state.
 
 Serves a synthetic web of realistic pages (40 KB, 200 links, 15% of them to other servers) on
-loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does
-(`tasks.launch.start_fleet`, `crawler.coordinator.Coordinator`), for a fixed time each. Every
-call a node makes to shared state (the Bloom filter actor, the exchange actor) first waits the
-injected delay, as if the store were 10 ms away. Four variants:
+loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does (the
+Ray runtime, `runtime.start_fleet`, and `crawler.coordinator.Coordinator`), for a fixed time
+each. Every call a node makes to shared state (the Bloom filter actor, the exchange actor)
+first waits the injected delay, as if the store were 10 ms away. Four variants:
 
 - none: no dedup cache, unbatched: a worker checks every link to another node's server with
   the filter and hands each new one to the exchange, one remote call each, before it goes on;
@@ -58,10 +58,11 @@ import matplotlib
 
 from bench import results_dir
 from crawler.config import config_from_dict, with_overrides
-from crawler.coordinator import Coordinator, Progress
-from tasks.actors import LOCAL_RAY
-from tasks.allocate import NodeSpec
-from tasks.launch import start_fleet, stop_fleet
+from crawler.coordinator import Progress
+from crawler.node import NodeStatus
+from runtime.backends import start_fleet
+from runtime.fleet import FleetPlan, LoneNode
+from runtime.ray_backend import LOCAL_RAY
 from websim import WebSim, WebSpec
 
 matplotlib.use("Agg")  # files only: no display on servers and CI
@@ -104,20 +105,18 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     a few pages and cold caches)."""
     config = config_from_dict(with_overrides(BASE, settings))
     hosts = sim.servers
-    specs = [
-        NodeSpec(f"node-{i}", "bench", "reserved", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)
-    ]
+    planned = [LoneNode(f"node-{i}", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)]
     out = tempfile.mkdtemp(prefix="bench-distributed-")
     crawl_id = f"bench-{time.time_ns()}"
-    fleet = start_fleet(crawl_id, out, config, specs, hosts, True, None, None)
-    marks: list[tuple[float, list[dict[str, Any]], CpuTimes]] = []
+    fleet = start_fleet(FleetPlan(crawl_id, out, config, planned, hosts, True, None, None), "ray")
+    marks: list[tuple[float, list[NodeStatus], CpuTimes]] = []
 
     def mark(progress: Progress) -> None:
         if not marks and progress.elapsed_s >= seconds / 3:
             marks.append((progress.elapsed_s, [n.status() for n in fleet.nodes], cpu_times(sim)))
 
     try:
-        coordinator = Coordinator(fleet.nodes, fleet.owner, None, exchange=fleet.exchange)
+        coordinator = fleet.coordinator()
         coordinator.seed([sim.hub_url])
         progress = coordinator.run(
             poll_s=0.1, on_progress=mark, progress_every_s=0.2, max_s=seconds
@@ -125,7 +124,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
         end = [n.status() for n in fleet.nodes]
         machine = cpu_times(sim)
     finally:
-        stop_fleet(fleet)
+        fleet.stop()
         shutil.rmtree(out, ignore_errors=True)
         sim.request_log(clear=True)
     if not marks:

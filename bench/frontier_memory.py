@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
 from crawler.frontier import Frontier
-from crawler.node import CrawlerNode
 from crawler.quality import PageRankQuality
 from crawler.server import ServerState
 from crawler.urlqueue import UrlTask
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from websim import WebSim, WebSpec
 
 GIB = 1 << 30
@@ -187,13 +187,14 @@ def peak(seconds: float) -> dict[str, Any]:
     )
     with WebSim(spec) as sim, tempfile.TemporaryDirectory() as out:
         hosts = sim.servers
-        node = CrawlerNode("node-0", "peak", out, config, hosts, hosts, True, None)
-        Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None).seed([sim.hub_url])
+        fleet = start_fleet(single_node("peak", out, config, hosts), "inprocess")
+        fleet.coordinator().seed([sim.hub_url])
+        (node,) = fleet.nodes
         time.sleep(min(3.0, seconds / 3))  # past the hub and the first robots.txt round
         pages0, cpu0, wall0 = node.status().pages, time.process_time(), time.monotonic()
         time.sleep(seconds)
         pages1, cpu1, wall1 = node.status().pages, time.process_time(), time.monotonic()
-        node.close()
+        fleet.stop()
     pages = pages1 - pages0
     return {
         "pages_per_s": round(pages / (wall1 - wall0), 1),

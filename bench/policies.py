@@ -12,13 +12,14 @@ user gets), scored against the true PageRank; the table says which policy wins w
 file and which with the crawler's own PageRank. Page times are the `fetch_time` of the crawl's
 `pages` Parquet rows, from the moment the seeds are queued.
 
-The crawler runs in-process (one `crawler.node.CrawlerNode` seeded through
-`crawler.coordinator.Coordinator`): the fetch loop the flow runs in a Ray actor, without
-Prefect and Ray start-up inside the budget. One node owns every server, so no URL is routed
-after the seeds. Seeding the home pages rather than websim's hub keeps the hub server's own
-response time (up to seconds) from delaying each crawl's start by a different amount. Rate
-control is a fixed zero delay and the servers have no hidden rate limits: with one connection
-per server and 64 connections, the policies differ only in which servers and URLs they choose.
+The crawler runs in-process (one `crawler.node.CrawlerNode` of the in-process runtime,
+runtime/inprocess.py, seeded through `crawler.coordinator.Coordinator`): the fetch loop the
+flow runs in a Ray actor, without Prefect and Ray start-up inside the budget. One node owns
+every server, so no URL is routed after the seeds. Seeding the home pages rather than websim's
+hub keeps the hub server's own response time (up to seconds) from delaying each crawl's start
+by a different amount. Rate control is a fixed zero delay and the servers have no hidden rate
+limits: with one connection per server and 64 connections, the policies differ only in which
+servers and URLs they choose.
 
     .venv/bin/python -m bench.policies [--json PATH] [--quick] [--png PATH] [--budget S]
 
@@ -58,8 +59,8 @@ import pyarrow.parquet as pq
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from websim import WebSim, WebSpec
 from websim.truth import page_urls
 
@@ -127,12 +128,12 @@ def crawl(
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
     crawl_id = f"{policy}-{'file' if quality_file else 'pagerank'}"
-    node = CrawlerNode("node-0", crawl_id, str(out_dir), config, hosts, hosts, True, None)
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    fleet = start_fleet(single_node(crawl_id, str(out_dir), config, hosts), "inprocess")
+    coordinator = fleet.coordinator()
     started = datetime.now(UTC)
     coordinator.seed(sim.host_urls)
     time.sleep(budget_s)
-    node.close()
+    fleet.stop()
     table = pq.read_table(out_dir / crawl_id / "pages", columns=["url", "fetch_time"])
     times = table.column("fetch_time").to_pylist()
     return [

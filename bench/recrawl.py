@@ -20,7 +20,7 @@ bytes, `content_length`), share of 304s, and changed pages caught. "Caught" is t
 own signal: a URL fetched tonight whose `content_digest` differs from the one its previous
 visit recorded; the ground truth (websim's page versions) checks it: the stale pages are those
 whose current version differs from the version the arm's archive holds, and every catch must
-be one of them. The crawler runs in-process (one `CrawlerNode` through `Coordinator`, the same
+be one of them. The crawler runs in-process (one `CrawlerNode` of runtime/inprocess.py, the same
 incremental plan the flow makes: `tasks/recrawl.py`), rate control fixed at no delay and no
 hidden rate limits: the figures are counts, which the crawl speed does not change.
 
@@ -48,9 +48,9 @@ from warcio.archiveiterator import ArchiveIterator
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
 from crawler.recrawl import start_depths, start_urls
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
 
@@ -97,23 +97,13 @@ def crawl_night(
         fetch={"sitemaps": sitemaps},
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
-    node = CrawlerNode(
-        "node-0",
-        crawl_id,
-        str(out),
-        config,
-        hosts,
-        hosts,
-        True,
-        None,
-        page_budget=None if budget is None else 0,
-        revisits=revisits,
-    )
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
+    plan = single_node(crawl_id, str(out), config, hosts, max_pages=budget, revisits=revisits)
+    fleet = start_fleet(plan, "inprocess")
+    coordinator = fleet.coordinator()
     seeds = [sim.hub_url]
     coordinator.seed(start_urls(seeds, revisits, budget, policy), start_depths(seeds, revisits))
     coordinator.run(poll_s=0.05)
-    node.close()
+    fleet.stop()
 
 
 def night_figures(out: Path, crawl_id: str) -> dict[str, Any]:

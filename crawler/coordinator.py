@@ -2,12 +2,11 @@
 node that dies has its servers taken over, a crawl that falls behind its time budget gets
 surcharge nodes) and decides when the crawl is over.
 
-Nodes linked through shared state (`crawler.exchange`) send each other URLs and servers
-themselves; for nodes without a link the coordinator routes their outboxes, one batch per
-owner per poll.
+Nodes send each other URLs and servers themselves, through the shared state
+(`crawler.exchange`): the coordinator only routes the seeds, before the nodes start.
 
 Plain Python over small interfaces, so it runs the same over Ray actor proxies (the flow) and
-over in-process nodes (tests).
+over in-process nodes (tests); both are built by the runtime layer (runtime/).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ class NodeHandle(Protocol):
     node_id: str
 
     def add_urls(self, items: list[tuple[str, int]]) -> int: ...
-    def take_outbox(self) -> list[tuple[str, int]]: ...
     def status(self) -> NodeStatus: ...
     def grant(self, pages: int) -> None: ...
     def reclaim(self) -> int: ...
@@ -109,7 +107,7 @@ class Coordinator:
         nodes: list[NodeHandle],
         owner: dict[str, str],
         max_pages: int | None,
-        exchange: ExchangeView | None = None,
+        exchange: ExchangeView,
         recover: Recover | None = None,
         surcharge: Surcharge | None = None,
     ) -> None:
@@ -194,8 +192,7 @@ class Coordinator:
             statuses = self._statuses()
             if self._lost:
                 continue
-            moved = self._exchange_outboxes(statuses)
-            snapshot = self.exchange.snapshot() if self.exchange is not None else None
+            snapshot = self.exchange.snapshot()
             if self.max_pages is not None:
                 self._rebalance_budget(statuses)
             progress = self._progress(statuses)
@@ -203,8 +200,8 @@ class Coordinator:
                 on_progress(progress)
                 last_report = time.monotonic()
             self._consider_surcharge(progress, snapshot)
-            activity = sum(s.activity for s in statuses) + (snapshot["ops"] if snapshot else 0)
-            quiet = not moved and not self._lost and self._quiet(statuses, snapshot)
+            activity = sum(s.activity for s in statuses) + snapshot["ops"]
+            quiet = not self._lost and self._quiet(statuses, snapshot)
             over = max_s is not None and progress.elapsed_s >= max_s
             if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
                 self.left_at_deadline = sum(
@@ -234,8 +231,8 @@ class Coordinator:
             statuses.append(status)
         return statuses
 
-    def _quiet(self, statuses: list[NodeStatus], snapshot: dict[str, Any] | None) -> bool:
-        if snapshot is not None and (snapshot["inbox_urls"] or snapshot["pool_urls"]):
+    def _quiet(self, statuses: list[NodeStatus], snapshot: dict[str, Any]) -> bool:
+        if snapshot["inbox_urls"] or snapshot["pool_urls"]:
             return False
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
@@ -297,20 +294,8 @@ class Coordinator:
             share = max(1, self.unassigned_budget // len(hungry))
             self._grant(status.node_id, share)
 
-    # ---- routing for nodes without a link ------------------------------------------------------
-
-    def _exchange_outboxes(self, statuses: list[NodeStatus]) -> int:
-        moved = 0
-        for status in statuses:
-            if status.link is not None or not status.outbox:
-                continue  # linked nodes send their URLs themselves
-            outbox = self._call(status.node_id, "take_outbox")
-            if outbox:
-                moved += len(outbox)
-                self._route(outbox)
-        return moved
-
     def _route(self, items: list[tuple[str, int]]) -> None:
+        """The seeds, to the nodes that own their servers."""
         batches: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for url, depth in items:
             batches[self.owner[host_key(url)]].append((url, depth))
@@ -330,7 +315,7 @@ class Coordinator:
         usage = self.usage[node_id]
         usage.lost = True
         usage.ended_s = time.monotonic() - self.started
-        if self.exchange is None or self.recover is None:
+        if self.recover is None:
             raise CrawlFailed(f"crawler node {node_id} died and nothing can take its servers")
         hosts = self.exchange.orphan(node_id)
         for other in list(self.nodes):
@@ -363,7 +348,7 @@ class Coordinator:
             self._grant(node.node_id, max(1, self.unassigned_budget // len(self.nodes)))
         node.start()
 
-    def _consider_surcharge(self, progress: Progress, snapshot: dict[str, Any] | None) -> None:
+    def _consider_surcharge(self, progress: Progress, snapshot: dict[str, Any]) -> None:
         """Add a node when the URLs known but not done, at the rate of the last
         `check_every_s`, would take the crawl past its time budget."""
         plan = self.surcharge
@@ -379,9 +364,7 @@ class Coordinator:
         (t0, done0), (t1, done1) = self._samples[0], self._samples[-1]
         if t1 - t0 < plan.check_every_s / 2:
             return  # not enough history for a rate
-        remaining = progress.queued
-        if snapshot is not None:
-            remaining += snapshot["inbox_urls"] + snapshot["pool_urls"]
+        remaining = progress.queued + snapshot["inbox_urls"] + snapshot["pool_urls"]
         rate = (done1 - done0) / (t1 - t0)
         projected = progress.elapsed_s + (remaining / rate if rate > 0 else float("inf"))
         if remaining and projected > plan.budget_s:

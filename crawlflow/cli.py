@@ -14,7 +14,7 @@ import typer
 
 from crawler.ratecontrol import Mode
 from crawler.scheduling import Policy
-from tasks.environment import prepare_environment
+from runtime.environment import prepare_environment
 
 prepare_environment()
 

@@ -130,7 +130,7 @@ def crawl_runtime() -> Iterator[None]:
     server = start_prefect_server()
     # Ray and the crawler (requests) are imported before the thread below starts: imports
     # racing with each other's warning filters let urllib3 print a stray warning.
-    from tasks.actors import ensure_ray
+    from runtime.ray_backend import ensure_ray
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The flow's imports (Prefect) keep a core busy while Ray's start mostly waits for the

@@ -130,6 +130,11 @@ class CommitGroupWriter:
         with self._lock:
             self._flush_locked()
 
+    def buffered(self, dataset: str) -> list[dict[str, Any]]:
+        """The rows of `dataset` recorded but not written yet."""
+        with self._lock:
+            return list(self._rows[dataset])
+
     def _flush_locked(self) -> None:
         self._last_flush = time.monotonic()
         if not any(self._rows.values()):

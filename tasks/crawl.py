@@ -13,10 +13,10 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from crawler.coordinator import Coordinator, CrawlFailed, Progress, Surcharge
+from crawler.coordinator import CrawlFailed, Progress
 from crawler.recovery import OutputRecovery
+from runtime.fleet import Fleet
 from storage.checkpoint import Checkpoint
-from tasks.launch import Fleet
 
 
 @task(name="crawl", cache_policy=NO_CACHE)
@@ -30,22 +30,10 @@ def drive_crawl(
     """`depths`: where a recrawl's known URLs among `seeds` start (crawler.recrawl.start_depths).
     Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     logger = get_run_logger()
-    config = fleet.launcher.config
-    surcharge = None
-    if config.plan.surcharge_max_nodes:
-        surcharge = Surcharge(
-            budget_s=config.limits.time_budget_s,
-            max_nodes=config.plan.surcharge_max_nodes,
-            launch=fleet.launcher.add_node,
-            check_every_s=config.plan.surcharge_check_s,
-        )
-    coordinator = Coordinator(
-        fleet.nodes,
-        fleet.owner,
-        max_pages,
-        exchange=fleet.exchange,
-        recover=OutputRecovery(fleet.crawl_dir, seeds, set(checkpoint.admitted), depths),
-        surcharge=surcharge,
+    config = fleet.plan.config
+    crawl_dir = fleet.plan.crawl_dir
+    coordinator = fleet.coordinator(
+        recover=OutputRecovery(crawl_dir, seeds, set(checkpoint.admitted), depths)
     )
     if checkpoint.empty:
         coordinator.seed(seeds, depths)
@@ -76,8 +64,8 @@ def drive_crawl(
         )
     except CrawlFailed as exc:
         raise CrawlFailed(
-            f"{exc}. What was committed is kept in {fleet.crawl_dir}:"
-            f" run again with --crawl-id {fleet.crawl_dir.name} to resume"
+            f"{exc}. What was committed is kept in {crawl_dir}:"
+            f" run again with --crawl-id {crawl_dir.name} to resume"
         ) from exc
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
@@ -87,7 +75,7 @@ def drive_crawl(
             " --crawl-id %s to go on",
             config.limits.time_budget_s,
             coordinator.left_at_deadline,
-            fleet.crawl_dir.name,
+            crawl_dir.name,
         )
     create_table_artifact(
         usage["nodes"], key="crawl-nodes", description="crawler nodes: planned, added, lost"

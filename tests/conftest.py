@@ -3,7 +3,7 @@ and the split into fast tests and integration tests (`pytest -m "not integration
 
 from __future__ import annotations
 
-from tasks.environment import confine_to_loopback
+from runtime.environment import confine_to_loopback
 
 confine_to_loopback()  # before Prefect and Ray are imported
 
@@ -34,7 +34,7 @@ settings.load_profile("deterministic")
 def ray_session():
     import ray
 
-    from tasks.actors import LOCAL_RAY
+    from runtime.ray_backend import LOCAL_RAY
 
     ray.init(num_cpus=2, **LOCAL_RAY)
     yield ray

@@ -227,7 +227,8 @@ def test_milp_stops_on_the_time_limit_with_its_gap(monkeypatch: pytest.MonkeyPat
                               for i in range(60)))
     result = solve_milp(instance, time_limit_s=1.5)
     validate_plan(instance, result.plan)
-    assert result.solve_seconds < 5
+    # The limit is CPU time (wall time on a loaded machine can be many times longer).
+    assert result.cpu_seconds < 4
     if result.status != OPTIMAL:
         assert 0 < result.gap < 1
 

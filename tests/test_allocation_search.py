@@ -4,6 +4,7 @@ assignment model written straight from the cost rules."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pulp
@@ -14,10 +15,12 @@ from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
 from allocation import cbc, milp
-from allocation.aggregate import pack_into, solve_aggregate
+from allocation.aggregate import solve_aggregate
 from allocation.cbc import has_solution, run_cbc
+from allocation.clock import CpuClock
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
+from allocation.fixed_bins import pack_on_bins
 from allocation.heuristics import improve, several_ffd
 from allocation.master import restricted_master
 from allocation.milp import OPTIMAL, TIME_LIMIT, MilpResult, solve_milp
@@ -148,16 +151,59 @@ def test_packing_cuts_count_the_nodes_that_the_volume_misses(sizes: tuple[float,
     assert plain_model_optimum(instance) == pytest.approx(nodes)
 
 
-def test_pack_into_packs_on_the_nodes_given_or_says_it_cannot() -> None:
+def test_pack_on_bins_packs_on_the_nodes_given_or_says_it_cannot() -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
                         cubes(5, 4, 3, 3, 2, 2, 1))
-    ids = [task.id for task in instance.tasks]
     # First fit decreasing's three bins: {5, 4, 1}, {3, 3, 2}, {2}.
-    start = [["t0", "t1", "t6"], ["t2", "t3", "t4"], ["t5"]]
-    packed = pack_into(instance, "n", ids, 2, start, 10)
-    assert packed is not None and len(packed) == 2
-    check(instance, {"n": packed})
-    assert pack_into(instance, "n", ids, 1, start, 10) is None  # 20 units on one node of 10
+    start = {"n": [["t0", "t1", "t6"], ["t2", "t3", "t4"], ["t5"]]}
+    packed = pack_on_bins(instance, ["n", "n"], start, deadline=lambda: False)
+    assert packed is not None and len(packed["n"]) == 2
+    check(instance, packed)
+    # 20 units on one node of 10: no move is left, and it says so.
+    assert pack_on_bins(instance, ["n"], start, deadline=lambda: False) is None
+
+
+def exact_fill(nodes: int, seed: int) -> tuple[Task, ...]:
+    """Tasks that fill ``nodes`` nodes of 10 x 10 x 10 exactly, four per node, each dimension
+    split independently (so no dimension alone tells which tasks go together)."""
+    rng = random.Random(seed)
+    demands = []
+    for _ in range(nodes):
+        cuts = [sorted(rng.sample(range(1, 10), 3)) for _ in range(3)]
+        parts = [[b - a for a, b in zip([0, *c], [*c, 10], strict=True)] for c in cuts]
+        demands += [Resources(*(parts[d][k] for d in range(3))) for k in range(4)]
+    rng.shuffle(demands)
+    return tuple(Task(f"t{i:02d}", demand) for i, demand in enumerate(demands))
+
+
+def test_pack_on_bins_finds_an_exact_fill_that_greedy_packing_misses() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=6, seed=3))
+    greedy = several_ffd(instance)
+    assert min(len(p["n"]) for p in greedy) > 6
+    checks = iter(range(500))  # a deterministic deadline: 500 checks of 20 steps
+    packed = pack_on_bins(instance, ["n"] * 6, greedy[0],
+                          deadline=lambda: next(checks, None) is None)
+    assert packed is not None and len(packed["n"]) == 6
+    check(instance, packed)
+
+
+def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=4, seed=1))
+    bloated = {"n": [[task.id] for task in instance.tasks]}  # one node per task: 16
+    shrunk = list(milp._shrunk(instance, bloated, CpuClock(30), share=1.0))
+    assert [len(p["n"]) for p in shrunk] == list(range(15, 3, -1))  # down to the volume's 4
+    for packing in shrunk:
+        check(instance, packing)
+
+
+def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=6, seed=3))
+    result = solve_milp(instance, time_limit_s=5)
+    validate_plan(instance, result.plan)
+    assert result.status == OPTIMAL and result.plan.total_cost == pytest.approx(6.0)
 
 
 # --- heuristics ------------------------------------------------------------------------------

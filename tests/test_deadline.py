@@ -10,8 +10,9 @@ import pytest
 
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
 from crawler.urls import canonical_url, host_key
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.checkpoint import load_checkpoint
 from storage.queries import crawl_summary
 from storage.views import connect
@@ -38,8 +39,8 @@ def run(web: WebSim, out_dir: str, deadline_s: float | None) -> Coordinator:
     """One run of crawl `c` over the web: a fresh crawl, or a resumed one if `c` has output."""
     seeds = [canonical_url(web.hub_url)]
     hosts = sorted({host_key(seeds[0]), *web.servers})
-    node = CrawlerNode("node-0", "c", out_dir, SLOW, hosts, hosts, True, max_depth=None)
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    fleet = start_fleet(single_node("c", out_dir, SLOW, hosts), "inprocess")
+    coordinator = fleet.coordinator()
     checkpoint = load_checkpoint(node_dir(out_dir), seeds)
     if checkpoint.empty:
         coordinator.seed(seeds)
@@ -50,7 +51,7 @@ def run(web: WebSim, out_dir: str, deadline_s: float | None) -> Coordinator:
     )
     driver.start()
     driver.join(60)
-    node.close()
+    fleet.stop()
     assert not driver.is_alive(), "the run did not end"
     return coordinator
 

@@ -16,12 +16,9 @@ from typing import Any
 import pytest
 
 from crawler.config import config_from_dict, with_overrides
-from crawler.coordinator import Coordinator, NodeLost, Surcharge
-from crawler.dedup import BloomShard
-from crawler.exchange import Exchange
-from crawler.node import CrawlerNode
-from crawler.peerlink import PeerLink, link_settings
 from crawler.recovery import OutputRecovery
+from runtime.fleet import FleetPlan, LoneNode
+from runtime.inprocess import InProcessFleet
 from storage.checkpoint import ADMITTED_SQL
 from storage.views import connect
 from websim import WebSim, WebSpec
@@ -35,51 +32,6 @@ SETTINGS = {
     "output": {"write_interval_s": 0.2},
     "rate_control": {"mode": "fixed", "fixed_delay_s": 0.02},
 }
-
-
-class Serialized:
-    """Calls one at a time, as the Ray actor holding the object would take them."""
-
-    def __init__(self, target: Any) -> None:
-        self._target = target
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._target, name)
-
-        def call(*args: Any) -> Any:
-            with self._lock:
-                return method(*args)
-
-        return call
-
-
-class Mortal:
-    """An in-process node that can crash: it stops at once without committing its buffered
-    rows, and every call afterwards raises NodeLost, as a killed Ray actor's would."""
-
-    def __init__(self, node: CrawlerNode) -> None:
-        self.node = node
-        self.node_id = node.node_id
-        self.dead = False
-        self.uncommitted: list[str] = []  # URLs of the fetches rows the crash lost
-
-    def crash(self) -> None:
-        node = self.node
-        self.dead = True
-        node._stop_threads()  # what SIGKILL does, minus the flush that close() would do
-        node._link.stop()
-        self.uncommitted = [row["url"] for row in node.recorder.output._rows["fetches"]]
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.node, name)
-
-        def call(*args: Any) -> Any:
-            if self.dead:
-                raise NodeLost(self.node_id)
-            return method(*args)
-
-        return call
 
 
 @pytest.fixture(scope="module")
@@ -98,60 +50,29 @@ def in_process_crawl(
     kill_after: int | None = None,
     max_pages: int | None = None,
     settings: dict[str, Any] | None = None,
-    surcharge_nodes: int = 0,
-) -> tuple[list[Mortal], Exchange, dict[str, Any]]:
+) -> tuple[InProcessFleet, dict[str, Any]]:
     """Crawl from the hub with one node per entry of `assignment` (its servers); with
-    `kill_after`, node-1 crashes once it has fetched that many URLs; with `surcharge_nodes`,
-    up to that many join (with no servers) once the crawl looks like overrunning 1 s."""
+    `kill_after`, node-1 dies once it has fetched that many URLs. With `[plan] surcharge_max_nodes`
+    in `settings`, nodes join (with no servers) once the crawl looks like overrunning
+    `time_budget_s`."""
     sim.request_log(clear=True)
     config = config_from_dict(with_overrides(SETTINGS, settings or {}))
-    hosts = sim.servers
-    owner = {host: f"node-{i}" for i, owned in enumerate(assignment) for host in owned}
-    exchange = Exchange(owner, shards=[BloomShard(100_000, 1e-6)])
-    shared = Serialized(exchange)
-
-    def make_node(owned: list[str]) -> Mortal:
-        node = CrawlerNode(
-            f"node-{len(nodes)}",
-            "c",
-            str(out),
-            config,
-            owned,
-            hosts,
-            True,
-            None,
-            page_budget=None if max_pages is None else 0,
-            link=PeerLink(link_settings(config), shared),
-        )
-        nodes.append(Mortal(node))
-        return nodes[-1]
-
-    nodes: list[Mortal] = []
-    for owned in assignment:
-        make_node(owned)
-    surcharge = Surcharge(1.0, surcharge_nodes, lambda: make_node([]), check_every_s=0.5)
-    coordinator = Coordinator(
-        list(nodes),
-        owner,
-        max_pages,
-        exchange=shared,
-        recover=OutputRecovery(out / "c", [sim.hub_url]),
-        surcharge=surcharge if surcharge_nodes else None,
-    )
+    nodes = [LoneNode(f"node-{i}", owned) for i, owned in enumerate(assignment)]
+    plan = FleetPlan("c", str(out), config, nodes, sim.servers, True, None, max_pages)
+    fleet = InProcessFleet(plan)
+    coordinator = fleet.coordinator(recover=OutputRecovery(out / "c", [sim.hub_url]))
     coordinator.seed([sim.hub_url])
     if kill_after is not None:
 
         def killer() -> None:
-            while nodes[1].node.status().fetches < kill_after:
+            while fleet.node("node-1").node.status().fetches < kill_after:
                 time.sleep(0.01)
-            nodes[1].crash()
+            fleet.kill("node-1")
 
         threading.Thread(target=killer, daemon=True).start()
     coordinator.run(poll_s=0.02, max_s=120)
-    for node in nodes:
-        if not node.dead:
-            node.node.close()
-    return nodes, exchange, coordinator.report()
+    fleet.stop()
+    return fleet, coordinator.report()
 
 
 def assert_exactly_once(sim: WebSim, crawl_dir: Path) -> None:
@@ -166,33 +87,37 @@ def assert_exactly_once(sim: WebSim, crawl_dir: Path) -> None:
 
 def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_path):
     hosts = web.servers
-    nodes, exchange, _ = in_process_crawl(web, tmp_path, [hosts, [], []])
+    fleet, _ = in_process_crawl(web, tmp_path, [hosts, [], []])
     assert_exactly_once(web, tmp_path / "c")
     # Servers moved with their queues, seen sets and robots.txt rules: no request repeated.
     requested = [entry["host"] + entry["path"] for entry in web.request_log()]
     assert len(requested) == len(set(requested))
-    assert exchange.moved_hosts >= 2
-    assert all(node.node.status().fetches > 0 for node in nodes)
-    link = nodes[0].node.status().link
+    assert fleet.shared_exchange.moved_hosts >= 2
+    assert all(node.node.status().fetches > 0 for node in fleet.launched)
+    link = fleet.node("node-0").node.status().link
     assert link is not None
     assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
 
 
 def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(web, tmp_path):
-    nodes, _, report = in_process_crawl(web, tmp_path, [web.servers], surcharge_nodes=1)
+    surcharge = {
+        "limits": {"time_budget_s": 1.0},
+        "plan": {"surcharge_max_nodes": 1, "surcharge_check_s": 0.5},
+    }
+    fleet, report = in_process_crawl(web, tmp_path, [web.servers], settings=surcharge)
     assert (report["nodes_planned"], report["nodes_added"]) == (1, 1)
     assert [row["kind"] for row in report["nodes"]] == ["planned", "added"]
-    assert nodes[1].node.status().fetches > 0
+    assert fleet.node("node-1").node.status().fetches > 0
     assert_exactly_once(web, tmp_path / "c")
 
 
 def test_a_servers_page_budget_holds_when_it_moves_between_nodes(web, tmp_path):
     hosts = web.servers
     budget = 30  # of about 115 pages a server
-    _, exchange, _ = in_process_crawl(
+    fleet, _ = in_process_crawl(
         web, tmp_path, [hosts, [], []], settings={"limits": {"max_pages_per_host": budget}}
     )
-    assert exchange.moved_hosts >= 2
+    assert fleet.shared_exchange.moved_hosts >= 2
     admitted = dict(
         connect(tmp_path / "c")
         .execute(
@@ -207,8 +132,9 @@ def test_a_servers_page_budget_holds_when_it_moves_between_nodes(web, tmp_path):
 
 def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
     hosts = web.servers
-    nodes, _, report = in_process_crawl(web, tmp_path, [hosts[0::2], hosts[1::2]], kill_after=40)
-    assert nodes[1].dead
+    fleet, report = in_process_crawl(web, tmp_path, [hosts[0::2], hosts[1::2]], kill_after=40)
+    dead = fleet.node("node-1")
+    assert dead.dead
     assert report["nodes_lost"] == 1
     assert_exactly_once(web, tmp_path / "c")
     lost = {row["node_id"]: row["lost"] for row in report["nodes"]}
@@ -222,12 +148,12 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
         .execute("SELECT count(*) FROM fetches WHERE node_id = 'node-1'")
         .fetchall()[0]
     )
-    uncommitted = nodes[1].node.core.counters.fetches - committed
+    uncommitted = dead.node.core.counters.fetches - committed
     print(f"re-requested after the kill: {again} (uncommitted at the kill: {uncommitted})")
     assert again <= uncommitted
     # And they are URLs of the very rows the crash lost.
     asked_again = {f"http://{host}{path}" for host, path in requested_again(web.request_log())}
-    assert asked_again <= set(nodes[1].uncommitted)
+    assert asked_again <= set(dead.uncommitted)
 
 
 def test_the_page_budget_holds_across_linked_nodes(web, tmp_path):

@@ -107,7 +107,7 @@ class FakeNode:
         self.received: list[tuple[str, int]] = []
 
     def status(self) -> NodeStatus:
-        return NodeStatus("n0", 0, 0, 0, 0, 0, None, 0, 0, 0, 0)
+        return NodeStatus("n0", 0, 0, 0, 0, 0, None, 0, 0, 0, 0, link={})
 
     def add_urls(self, items: list[tuple[str, int]]) -> int:
         self.received += items

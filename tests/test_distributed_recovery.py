@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crawler.coordinator import Coordinator
+from crawler.exchange import Exchange
 from crawler.recovery import OutputRecovery
 from storage.checkpoint import load_checkpoint
 from storage.schema import DATASETS
@@ -163,7 +164,7 @@ def test_nodes_start_only_once_every_node_is_restored():
     log: list[tuple[str, str]] = []
     nodes = [RecordingNode(f"node-{i}", log) for i in range(3)]
     owner = {A: "node-0", B: "node-1", C: "node-2"}
-    coordinator = Coordinator(nodes, owner, max_pages=100)
+    coordinator = Coordinator(nodes, owner, 100, Exchange(owner))
 
     coordinator.resume({f"http://{B}/2": (1, 1)}, {f"http://{A}/1"}, [f"http://{A}/1"])
 

@@ -19,10 +19,11 @@ import crawler.node.outcome
 from bench.chaos import analyse, crawl_in_process
 from crawler.addresses import AddressGuard
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator, CrawlFailed
-from crawler.node import CrawlerNode
+from crawler.coordinator import CrawlFailed
 from crawler.node.fetchloop import FetchLoop
 from crawler.urls import host_key
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
@@ -274,14 +275,14 @@ def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
     monkeypatch.setattr(FetchLoop, "next_task", next_task_or_fail)
     seed = hostile_web.hostile_url("empty_body")
     host = host_key(seed)
-    node = CrawlerNode("node-0", "bug", str(tmp_path), FAST, [host], [host], True, max_depth=None)
-    coordinator = Coordinator([node], {host: "node-0"}, max_pages=None)
+    fleet = start_fleet(single_node("bug", str(tmp_path), FAST, [host]), "inprocess")
+    coordinator = fleet.coordinator()
     coordinator.seed([seed])
     try:
         with pytest.raises(CrawlFailed, match=r"node-0 failed: node-0-conn0: RuntimeError: boom"):
             coordinator.run(poll_s=0.02, max_s=30)
     finally:
-        node.close()
+        fleet.stop()
     fetched = {
         url for (url,) in connect(tmp_path / "bug").execute("SELECT url FROM fetches").fetchall()
     }

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
@@ -39,15 +39,15 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
         scheduling={"policy": policy, "max_connections": 4},
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
-    node = CrawlerNode("node-0", policy, str(tmp_path), config, hosts, hosts, True, None)
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    fleet = start_fleet(single_node(policy, str(tmp_path), config, hosts), "inprocess")
+    coordinator = fleet.coordinator()
     coordinator.seed([web.hub_url])
     coordinator.run(poll_s=0.02)
-    node.close()
+    fleet.stop()
 
     result = coverage(tmp_path / policy, web.reachable_allowed_urls())
     assert result["coverage"] == 1.0 and result["duplicates"] == 0
-    frontier = node.core.frontier
+    frontier = fleet.nodes[0].node.core.frontier
     assert frontier.queued() == 0
     slowest_s = dict(
         connect(tmp_path / policy)
@@ -108,11 +108,11 @@ def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bo
     with WebSim(spec) as sim:
         hosts = sim.servers
         config = CrawlConfig(scheduling={"max_connections": 8}, rate_control=settings)
-        node = CrawlerNode("node-0", mode, str(tmp_path), config, hosts, hosts, True, None)
-        coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+        fleet = start_fleet(single_node(mode, str(tmp_path), config, hosts), "inprocess")
+        coordinator = fleet.coordinator()
         coordinator.seed(sim.host_urls)
         coordinator.run(poll_s=0.02)
-        node.close()
+        fleet.stop()
         log = sim.request_log()  # robots.txt answers take the 100 ms as well
     most = _most_in_flight(log, 0.1)
     if bounded:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
 from crawler.recrawl import RecrawlError, start_depths, start_urls
 from crawler.urls import host_key
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
@@ -38,28 +38,20 @@ def web():
         yield sim
 
 
-def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) -> CrawlerNode:
+def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) -> None:
     hosts = sim.servers
     budget = options.pop("max_pages", None)
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=True)
     revisits = load_revisits(out, manifest, hosts)
-    node = CrawlerNode(
-        "node-0",
-        crawl_id,
-        str(out),
-        CrawlConfig(**CONFIG),
-        hosts,
-        hosts,
-        True,
-        options.get("max_depth"),
-        page_budget=None if budget is None else 0,
-        revisits=revisits,
+    config = CrawlConfig(**CONFIG)
+    plan = single_node(
+        crawl_id, str(out), config, hosts, True, options.get("max_depth"), budget, revisits
     )
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=budget)
+    fleet = start_fleet(plan, "inprocess")
+    coordinator = fleet.coordinator()
     coordinator.seed(start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
     coordinator.run(poll_s=0.02)
-    node.close()
-    return node
+    fleet.stop()
 
 
 def test_sitemaps_seed_the_frontier_through_the_nodes_fetch(web, tmp_path):

@@ -29,9 +29,10 @@ def _listening(port: int) -> bool:
 
 
 def test_actor_processes_import_no_prefect():
-    """Ray imports tasks.actors in every actor process; Prefect would cost each a second."""
+    """Ray imports runtime.ray_backend in every actor process; Prefect would cost each a
+    second."""
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, tasks.actors; print('prefect' in sys.modules)"],
+        [sys.executable, "-c", "import sys, runtime.ray_backend; print('prefect' in sys.modules)"],
         capture_output=True,
         text=True,
         check=True,

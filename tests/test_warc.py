@@ -9,9 +9,9 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.node import CrawlerNode
 from crawlflow.cli import main
+from runtime.backends import start_fleet
+from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
 from storage.warc import WARC_DIR, read_record
@@ -32,11 +32,11 @@ def crawled(tmp_path_factory):
             output={"write_batch_rows": 15},
             rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
         )
-        node = CrawlerNode("node-0", "c1", str(out), config, hosts, hosts, True, None)
-        coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+        fleet = start_fleet(single_node("c1", str(out), config, hosts), "inprocess")
+        coordinator = fleet.coordinator()
         coordinator.seed([sim.hub_url])
         coordinator.run(poll_s=0.02)
-        node.close()
+        fleet.stop()
         yield out / "c1", sim
 
 
@@ -156,11 +156,11 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
         output={"write_batch_rows": 15},
         rate_control={"mode": "fixed", "fixed_delay_s": 0},
     )
-    node = CrawlerNode("node-0", "c1", str(tmp_path), config, hosts, hosts, True, None)
-    coordinator = Coordinator([node], dict.fromkeys(hosts, "node-0"), max_pages=None)
+    fleet = start_fleet(single_node("c1", str(tmp_path), config, hosts), "inprocess")
+    coordinator = fleet.coordinator()
     coordinator.seed([sim.hub_url])
     coordinator.run(poll_s=0.02)
-    node.close()
+    fleet.stop()
     for name, data in kept.items():  # not one WARC file of the first run overwritten
         assert (crawl_dir / WARC_DIR / name).read_bytes() == data
     assert rows_find_their_records(crawl_dir) > len(kept)

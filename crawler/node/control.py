@@ -48,15 +48,16 @@ class CrawlerNode:
         scope_hosts: Iterable[str],
         allow_private: bool,
         max_depth: int | None,
+        link: PeerLink,
         page_budget: int | None = None,
-        link: PeerLink | None = None,
         revisits: Revisits | None = None,
     ) -> None:
-        """`link`: the connection to the other nodes through shared state (crawler/exchange.py);
-        without it, URLs for servers other nodes own wait in the outbox for the driver.
-        `revisits`: in a recrawl, what the earlier nights know of each URL (crawler/recrawl.py):
-        the validators of its conditional GET, and its revisit priority, which ranks it in the
-        scheduler where page quality would."""
+        """`link`: the connection to the other nodes through shared state (crawler/exchange.py
+        and crawler/peerlink.py): URLs for servers other nodes own, and servers moving between
+        nodes, go through it. `page_budget`: None for no --max-pages, else what the driver
+        grants. `revisits`: in a recrawl, what the earlier nights know of each URL
+        (crawler/recrawl.py): the validators of its conditional GET, and its revisit priority,
+        which ranks it in the scheduler where page quality would."""
         self.node_id = node_id
         self.core = core = NodeCore(
             node_id, crawl_id, config, scope_hosts, max_depth, page_budget, revisits
@@ -65,9 +66,7 @@ class CrawlerNode:
         crawl_dir = Path(out_dir) / crawl_id
         self.recorder = Recorder(core, crawl_dir)
         self.discovery = Discovery(core, link)
-        self.handover = Handover(
-            core, link.settings.heartbeat_s if link else 0.0, self._ensure_workers
-        )
+        self.handover = Handover(core, link.settings.heartbeat_s, self._ensure_workers)
         self.loop = FetchLoop(core, self.recorder, self.discovery, self.handover, allow_private)
         self._metrics = NodeMetrics(core, crawl_dir, link)
         self._started = False  # no fetching before start(): the coordinator seeds or restores first
@@ -90,8 +89,6 @@ class CrawlerNode:
                 host = host_key(url)
                 server = core.servers.get(host)
                 if server is None:
-                    if self._link is None:
-                        raise ValueError(f"node {self.node_id} does not own {host}")
                     elsewhere.append((url, depth))  # its server moved on meanwhile
                     continue
                 if url in server.seen:
@@ -100,7 +97,7 @@ class CrawlerNode:
                 added += 1
             if added:
                 core.changed()
-        if elsewhere and self._link is not None:
+        if elsewhere:
             self._link.forward(elsewhere)
         return added
 
@@ -145,10 +142,6 @@ class CrawlerNode:
 
     # ---- other nodes --------------------------------------------------------------------------
 
-    def take_outbox(self) -> list[Item]:
-        """URLs found here for servers other nodes own, to be routed by the driver."""
-        return self.discovery.take_outbox()
-
     def export_hosts(self, want_urls: int, max_urls: int) -> list[ServerState]:
         return self.handover.export_hosts(want_urls, max_urls)
 
@@ -161,25 +154,24 @@ class CrawlerNode:
         core = self.core
         with core.lock:
             counters = core.counters
-            held = len(self.discovery.outbox) + len(self.handover.departed)
+            departing = len(self.handover.departed)
             queued, active, budget = core.frontier.queued(), core.active, core.budget
             servers, failure = len(core.servers), core.failure
             fetches, pages, urls_done = counters.fetches, counters.pages, counters.urls_done
             activity = counters.activity
-        link = self._link
         return NodeStatus(
             node_id=self.node_id,
             queued=queued,
             active=active,
             budget=budget,
-            outbox=held + (link.unsent() if link else 0),
+            outbox=departing + self._link.unsent(),
             servers=servers,
             failure=failure,
             fetches=fetches,
             pages=pages,
             urls_done=urls_done,
             activity=activity,
-            link=link.stats() if link else None,
+            link=self._link.stats(),
         )
 
     def flush(self) -> None:
@@ -195,8 +187,7 @@ class CrawlerNode:
         with self.core.lock:
             self._started = True
             self._ensure_workers()
-        if self._link is not None:
-            self._link.start(self)
+        self._link.start(self)
 
     def _ensure_workers(self) -> None:
         """One worker per connection: as many as servers owned, up to `max_connections` (a
@@ -246,11 +237,16 @@ class CrawlerNode:
         self.recorder.flush()
         return len(tasks)
 
+    def halt(self) -> None:
+        """Stop at once, committing nothing more: what the death of its process does (the
+        in-process runtime's `kill`)."""
+        self._stop_threads()
+        self._link.stop()
+
     def close(self) -> NodeStatus:
         """Stop the workers after their current fetch, flush every file, close connections."""
         self._stop_threads()
-        if self._link is not None:
-            self._link.stop()
+        self._link.stop()
         self._metrics.close()
         self.recorder.flush()
         for session in self.core.sessions.values():

@@ -1,6 +1,7 @@
 """Where the URLs a node finds go: links of its pages and redirect targets into its own
-servers' queues, those of other nodes' servers to their owners (through the link, or the
-outbox the driver empties), and a server's sitemap entries into its queue."""
+servers' queues, those of other nodes' servers to their owners (through the node's link to the
+exchange, the one routing path between nodes), and a server's sitemap entries into its
+queue."""
 
 from __future__ import annotations
 
@@ -21,11 +22,9 @@ def server_of(url: str) -> str:
 
 
 class Discovery:
-    def __init__(self, core: NodeCore, link: PeerLink | None) -> None:
+    def __init__(self, core: NodeCore, link: PeerLink) -> None:
         self._core = core
         self._link = link
-        self.outbox: list[Item] = []  # without a link: foreign URLs for the driver to route
-        self._sent: set[str] = set()  # without a link: foreign URLs put in the outbox once
 
     def discover(
         self,
@@ -72,13 +71,6 @@ class Discovery:
                     )
                     if redirects:
                         server.redirects[url] = redirects
-                elif self._link is None:
-                    # No shared filter: the node remembers the foreign URLs it found, so each
-                    # is sent to its owner once.
-                    if url in self._sent:
-                        continue
-                    self._sent.add(url)
-                    foreign.append((url, depth))
                 elif self._link.admit(url):
                     foreign.append((url, depth))
                 else:
@@ -91,18 +83,8 @@ class Discovery:
     def send_foreign(self, items: list[Item]) -> None:
         """Sent only once their `discovered` rows are recorded: a takeover flushes the live
         nodes' rows, then finds there every URL a dead node had been sent."""
-        if not items:
-            return
-        if self._link is not None:
+        if items:
             self._link.send(items)
-        else:
-            with self._core.lock:
-                self.outbox += items
-
-    def take_outbox(self) -> list[Item]:
-        with self._core.lock:
-            outbox, self.outbox = self.outbox, []
-            return outbox
 
     def queue_sitemap_entries(self, server: ServerState, entries: list[SitemapEntry]) -> list[Item]:
         """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,

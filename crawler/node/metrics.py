@@ -15,7 +15,7 @@ from storage.writer import ParquetDatasetWriter
 
 
 class NodeMetrics:
-    def __init__(self, core: NodeCore, crawl_dir: Path, link: PeerLink | None) -> None:
+    def __init__(self, core: NodeCore, crawl_dir: Path, link: PeerLink) -> None:
         self._core = core
         self._link = link
         config = core.config
@@ -70,11 +70,9 @@ class NodeMetrics:
                 if value is not None
             ]
         core.touched.clear()
-        if self._link is not None:
-            values += [
-                (None, name, value)
-                for name, value in self._link.metric_values(counters.pages).items()
-            ]
+        values += [
+            (None, name, value) for name, value in self._link.metric_values(counters.pages).items()
+        ]
         now_wall = datetime.now(UTC)
         for host, metric, value in values:
             row: MetricRow = {

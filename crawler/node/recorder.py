@@ -138,3 +138,7 @@ class Recorder:
 
     def flush(self) -> None:
         self.output.flush()
+
+    def uncommitted_urls(self) -> list[str]:
+        """The URLs of the fetches rows not committed yet (what a node's death loses)."""
+        return [row["url"] for row in self.output.buffered("fetches")]

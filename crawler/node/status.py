@@ -22,8 +22,7 @@ class NodeStatus:
     queued: int  # URLs in its frontier: queued and waiting for a retry
     active: int  # connections open
     budget: int  # pages it may still start (crawler.node.control.UNLIMITED without --max-pages)
-    # Work held for other nodes: the outbox, servers on their way out, or the link's buffers
-    # and calls.
+    # Work held for other nodes: servers on their way out, the link's buffers and calls.
     outbox: int
     servers: int  # servers owned
     failure: str | None  # the first bug that killed one of its threads
@@ -31,4 +30,4 @@ class NodeStatus:
     pages: int
     urls_done: int
     activity: int
-    link: dict[str, float] | None = None  # crawler.peerlink.PeerLink.stats, when linked
+    link: dict[str, float]  # crawler.peerlink.PeerLink.stats

@@ -1,0 +1,150 @@
+"""The runtime's one interface: a fleet of linked crawler nodes built from the plan, the shared
+state they route URLs and servers through (crawler/exchange.py, crawler/dedup.py), and what the
+driver does with it (seed and watch it through crawler.coordinator, add a node, stop it).
+
+Two backends build it (`runtime.backends.start_fleet`): Ray actors (runtime/ray_backend.py,
+what the flow runs) and plain objects in this process (runtime/inprocess.py, what tests and
+benchmarks run)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from crawler.config import CrawlConfig
+from crawler.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
+from crawler.node import NodeStatus
+from crawler.recrawl import Revisits
+
+
+class PlannedNode(Protocol):
+    """One node of the plan (tasks.allocate.NodeSpec): its servers and its size."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def hosts(self) -> list[str]: ...
+    @property
+    def num_cpus(self) -> float: ...
+    @property
+    def memory_gb(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class LoneNode:
+    """A node planned by hand (tests, benchmarks): its servers, on a share of one machine."""
+
+    node_id: str
+    hosts: list[str]
+    num_cpus: float = 1.0
+    memory_gb: float = 0.0
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    crawl_id: str
+    out_dir: str
+    config: CrawlConfig
+    nodes: Sequence[PlannedNode]
+    scope_hosts: list[str]
+    allow_private: bool
+    max_depth: int | None
+    max_pages: int | None
+    revisits: Revisits | None = None  # a recrawl's knowledge of the URLs (crawler/recrawl.py)
+
+    @property
+    def crawl_dir(self) -> Path:
+        return Path(self.out_dir) / self.crawl_id
+
+    @property
+    def owner(self) -> dict[str, str]:
+        """Server -> node at the start (servers move later)."""
+        return {host: node.node_id for node in self.nodes for host in node.hosts}
+
+    @property
+    def expected_urls(self) -> int:
+        """What the Bloom filter is sized for."""
+        config = self.config
+        expected_per_host = config.plan.expected_pages_per_host
+        return config.dedup.expected_urls or len(self.scope_hosts) * expected_per_host
+
+    @property
+    def page_budget(self) -> int | None:
+        """A node's page budget at its start: none without --max-pages (unlimited), else
+        what the coordinator grants it."""
+        return None if self.max_pages is None else 0
+
+
+def single_node(
+    crawl_id: str,
+    out_dir: str,
+    config: CrawlConfig,
+    hosts: list[str],
+    allow_private: bool = True,
+    max_depth: int | None = None,
+    max_pages: int | None = None,
+    revisits: Revisits | None = None,
+) -> FleetPlan:
+    """The plan of one node owning every server in scope."""
+    return FleetPlan(
+        crawl_id,
+        out_dir,
+        config,
+        [LoneNode("node-0", list(hosts))],
+        list(hosts),
+        allow_private,
+        max_depth,
+        max_pages,
+        revisits,
+    )
+
+
+class Fleet(ABC):
+    """The planned nodes, built and linked to the shared state but not fetching yet: the
+    coordinator seeds or restores them, then starts them."""
+
+    def __init__(self, plan: FleetPlan) -> None:
+        self.plan = plan
+        self.nodes: list[NodeHandle] = []  # the planned ones
+
+    @property
+    def owner(self) -> dict[str, str]:
+        return self.plan.owner
+
+    @property
+    @abstractmethod
+    def exchange(self) -> ExchangeView: ...
+
+    @abstractmethod
+    def add_node(self) -> NodeHandle:
+        """A surcharge node: no servers of its own, it takes some through the water level."""
+
+    @abstractmethod
+    def stop(self) -> list[NodeStatus]:
+        """Flush and stop every node still alive (planned or added), then the shared state;
+        returns the last status of each."""
+
+    def coordinator(self, recover: Recover | None = None) -> Coordinator:
+        """The driver of this fleet: the plan's page budget, and up to `surcharge_max_nodes`
+        nodes added while the crawl is projected past `time_budget_s`."""
+        config = self.plan.config
+        surcharge = None
+        if config.plan.surcharge_max_nodes:
+            surcharge = Surcharge(
+                budget_s=config.limits.time_budget_s,
+                max_nodes=config.plan.surcharge_max_nodes,
+                launch=self.add_node,
+                check_every_s=config.plan.surcharge_check_s,
+            )
+        return Coordinator(
+            list(self.nodes),
+            self.owner,
+            self.plan.max_pages,
+            self.exchange,
+            recover=recover,
+            surcharge=surcharge,
+        )
+

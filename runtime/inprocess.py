@@ -1,0 +1,112 @@
+"""The in-process backend: nodes as plain objects whose threads run in this process, the
+exchange and the Bloom filter shards as plain objects. What tests and benchmarks use; the
+nodes, the routing and the coordinator are the same as on Ray."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from crawler.coordinator import NodeLost
+from crawler.dedup import BloomShard
+from crawler.exchange import Exchange
+from crawler.node import CrawlerNode, NodeStatus
+from crawler.peerlink import PeerLink, link_settings
+from runtime.fleet import Fleet, FleetPlan
+
+
+class Serialized:
+    """Calls one at a time, as the Ray actor holding the object takes them."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        def call(*args: Any) -> Any:
+            with self._lock:
+                return method(*args)
+
+        return call
+
+
+class LocalNode:
+    """A node in this process, reached as the coordinator reaches a node actor: once killed,
+    every call raises NodeLost."""
+
+    def __init__(self, node: CrawlerNode) -> None:
+        self.node = node
+        self.node_id = node.node_id
+        self.dead = False
+        self.uncommitted: list[str] = []  # URLs of the fetches rows its death lost
+
+    def kill(self) -> None:
+        """What SIGKILL does to a node actor: it stops at once, its buffered rows are lost."""
+        self.dead = True
+        self.node.halt()
+        self.uncommitted = self.node.recorder.uncommitted_urls()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.node, name)
+
+        def call(*args: Any) -> Any:
+            if self.dead:
+                raise NodeLost(self.node_id)
+            return method(*args)
+
+        return call
+
+
+class InProcessFleet(Fleet):
+    def __init__(self, plan: FleetPlan) -> None:
+        super().__init__(plan)
+        config = plan.config
+        self.shards = [
+            BloomShard(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
+            for _ in range(config.dedup.shards)
+        ]
+        self.shared_exchange = Exchange(
+            plan.owner, self.shards, config.exchange.balance, config.exchange.balance_tolerance
+        )
+        self._exchange = Serialized(self.shared_exchange)
+        self.launched: list[LocalNode] = []  # the planned nodes and every node added since
+        self.nodes = [self._launch(node.node_id, node.hosts) for node in plan.nodes]
+
+    @property
+    def exchange(self) -> Any:
+        return self._exchange
+
+    def _launch(self, node_id: str, hosts: list[str]) -> LocalNode:
+        plan = self.plan
+        node = LocalNode(
+            CrawlerNode(
+                node_id,
+                plan.crawl_id,
+                plan.out_dir,
+                plan.config,
+                hosts,
+                plan.scope_hosts,
+                plan.allow_private,
+                plan.max_depth,
+                PeerLink(link_settings(plan.config), self._exchange),
+                page_budget=plan.page_budget,
+                revisits=plan.revisits,
+            )
+        )
+        self.launched.append(node)
+        return node
+
+    def add_node(self) -> LocalNode:
+        return self._launch(f"node-{len(self.launched)}", [])
+
+    def node(self, node_id: str) -> LocalNode:
+        (found,) = [node for node in self.launched if node.node_id == node_id]
+        return found
+
+    def kill(self, node_id: str) -> None:
+        self.node(node_id).kill()
+
+    def stop(self) -> list[NodeStatus]:
+        return [node.node.close() for node in self.launched if not node.dead]

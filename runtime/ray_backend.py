@@ -1,0 +1,227 @@
+"""The Ray backend: one actor per node, one for the exchange, one per Bloom filter shard; the
+adapters through which the coordinator and the nodes reach them; starting Ray itself.
+
+Ray imports this module in every actor process: it imports no Prefect (an actor starts without
+a second of CPU spent importing a library it never uses), and the CLI can start Ray before it
+has imported Prefect."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from runtime.environment import prepare_environment
+
+# Before Ray is imported, by every way in: the CLI, a Prefect worker running the flow, tests.
+prepare_environment()
+
+import ray  # noqa: E402
+from ray.exceptions import RayActorError  # noqa: E402
+
+from crawler.coordinator import NodeLost  # noqa: E402
+from crawler.dedup import BloomShard  # noqa: E402
+from crawler.exchange import Beat, Exchange, Reply  # noqa: E402
+from crawler.node import CrawlerNode, NodeStatus  # noqa: E402
+from crawler.peerlink import PeerLink, link_settings  # noqa: E402
+from crawler.server import Item, ServerState  # noqa: E402
+from runtime.fleet import Fleet, FleetPlan  # noqa: E402
+
+# A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
+# it on loopback).
+LOCAL_RAY: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": False}
+
+
+def ensure_ray() -> bool:
+    """Join the cluster at RAY_ADDRESS, or start a local Ray, unless already connected.
+    True when this call connected."""
+    if ray.is_initialized():
+        return False
+    if address := os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(**LOCAL_RAY)
+    return True
+
+
+class RayExchange:
+    """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def heartbeat(self, beat: Beat) -> Reply:
+        return ray.get(self.actor.heartbeat.remote(beat))
+
+    def push(self, node_id: str, urls: list[Item]) -> int:
+        return ray.get(self.actor.push.remote(node_id, urls))
+
+    def pull(self, node_id: str, max_items: int) -> Reply:
+        return ray.get(self.actor.pull.remote(node_id, max_items))
+
+    def offer(self, node_id: str, states: list[ServerState]) -> None:
+        ray.get(self.actor.offer.remote(node_id, states))
+
+    def snapshot(self) -> dict[str, Any]:
+        return ray.get(self.actor.snapshot.remote())
+
+    def orphan(self, node_id: str) -> list[str]:
+        return ray.get(self.actor.orphan.remote(node_id))
+
+    def put_hosts(self, states: list[ServerState]) -> None:
+        ray.get(self.actor.put_hosts.remote(states))
+
+
+class RayFilterShard:
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def check_and_add(self, urls: list[str]) -> list[bool]:
+        return ray.get(self.actor.check_and_add.remote(urls))
+
+
+class LinkedCrawlerNode(CrawlerNode):
+    """The node actor. Its link to the shared state is built here, in the actor's process:
+    a link holds a thread and locks, which do not travel."""
+
+    def __init__(self, exchange: Any, **kwargs: Any) -> None:
+        link = PeerLink(link_settings(kwargs["config"]), RayExchange(exchange))
+        super().__init__(**kwargs, link=link)
+
+
+class RayNode:
+    """A crawler node actor seen through the coordinator's node interface."""
+
+    def __init__(self, node_id: str, actor: Any) -> None:
+        self.node_id = node_id
+        self.actor = actor
+
+    def _get(self, ref: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except RayActorError:
+            raise NodeLost(self.node_id) from None
+
+    def add_urls(self, items: list[Item]) -> int:
+        return self._get(self.actor.add_urls.remote(items))
+
+    def status(self) -> NodeStatus:
+        return self._get(self.actor.status.remote())
+
+    def grant(self, pages: int) -> None:
+        self._get(self.actor.grant.remote(pages))
+
+    def reclaim(self) -> int:
+        return self._get(self.actor.reclaim.remote())
+
+    def restore(
+        self, pending: list[tuple[str, int, int]], done: list[str], admitted: list[str]
+    ) -> None:
+        self._get(self.actor.restore.remote(pending, done, admitted))
+
+    def flush(self) -> None:
+        self._get(self.actor.flush.remote())
+
+    def start(self) -> None:
+        self._get(self.actor.start.remote())
+
+    def expire(self) -> int:
+        return self._get(self.actor.expire.remote())
+
+
+class RayFleet(Fleet):
+    """Started with Ray (local, or the cluster at RAY_ADDRESS): the shared state, then the
+    planned nodes, each actor with its node type's size."""
+
+    def __init__(self, plan: FleetPlan) -> None:
+        super().__init__(plan)
+        ensure_ray()
+        config = plan.config
+        # The shared state is small and mostly waits: no CPU reserved for it.
+        self.shards = [
+            ray.remote(BloomShard)
+            .options(num_cpus=0)
+            .remote(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
+            for _ in range(config.dedup.shards)
+        ]
+        self.exchange_actor = (
+            ray.remote(Exchange)
+            .options(num_cpus=0)
+            .remote(
+                plan.owner,
+                shards=[RayFilterShard(shard) for shard in self.shards],
+                balance=config.exchange.balance,
+                tolerance=config.exchange.balance_tolerance,
+            )
+        )
+        self._exchange = RayExchange(self.exchange_actor)
+        self.launched: list[RayNode] = []  # the planned nodes and every node added since
+        resources = ray.cluster_resources()
+        # Each actor gets its node type's size, scaled down when the plan holds more nodes
+        # than the cluster has room for (surcharge nodes on one machine): Ray would never
+        # start them.
+        cpus = sum(node.num_cpus for node in plan.nodes)
+        memory = sum(node.memory_gb * 1e9 for node in plan.nodes)
+        cpu_scale = min(1.0, resources.get("CPU", 1.0) / cpus) if cpus else 1.0
+        memory_scale = min(1.0, resources.get("memory", 1e9) / memory) if memory else 1.0
+        self.nodes = [
+            self._launch(
+                node.node_id,
+                node.hosts,
+                node.num_cpus * cpu_scale,
+                int(node.memory_gb * 1e9 * memory_scale),
+            )
+            for node in plan.nodes
+        ]
+        # Wait until every actor is up, so that the crawl's clock starts with the nodes ready;
+        # the coordinator starts them once it has seeded or restored them all.
+        ray.get([node.actor.status.remote() for node in self.launched])
+
+    @property
+    def exchange(self) -> RayExchange:
+        return self._exchange
+
+    def _launch(self, node_id: str, hosts: list[str], num_cpus: float, memory: int) -> RayNode:
+        plan = self.plan
+        actor = (
+            ray.remote(LinkedCrawlerNode)
+            .options(
+                num_cpus=num_cpus,
+                memory=memory,
+                max_concurrency=4,
+                name=f"{plan.crawl_id}-{node_id}",
+            )
+            .remote(
+                exchange=self.exchange_actor,
+                node_id=node_id,
+                crawl_id=plan.crawl_id,
+                out_dir=plan.out_dir,
+                config=plan.config,
+                hosts=hosts,
+                scope_hosts=plan.scope_hosts,
+                allow_private=plan.allow_private,
+                max_depth=plan.max_depth,
+                page_budget=plan.page_budget,
+                revisits=plan.revisits,
+            )
+        )
+        node = RayNode(node_id, actor)
+        self.launched.append(node)
+        return node
+
+    def add_node(self) -> RayNode:
+        """It asks for what is left of the cluster's CPU (on one machine, it shares the
+        cores)."""
+        free = ray.available_resources().get("CPU", 0.0)
+        return self._launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
+
+    def stop(self) -> list[NodeStatus]:
+        statuses = []
+        for node in self.launched:
+            try:
+                statuses.append(ray.get(node.actor.close.remote()))
+            except RayActorError:
+                continue  # died during the crawl: its servers were taken over
+            ray.kill(node.actor)
+        for actor in [self.exchange_actor, *self.shards]:
+            ray.kill(actor)
+        return statuses
