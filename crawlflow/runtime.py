@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 
 STARTUP_TIMEOUT_S = 60.0  # a fresh PREFECT_HOME runs the database migrations first
 BIND_ATTEMPTS = 3  # the free port found may be taken before the server binds it
+# The flow's settings on a temporary server. It serves no UI: no "View at" link to one in the
+# flow's log. No flow run heartbeat: heartbeats let a server mark a run whose process died as
+# crashed, but this server dies with the command, and the heartbeat thread costs the flow's
+# end up to a second (it looks for the stop signal once a second; Prefect waits for it).
+TEMPORARY_SERVER_SETTINGS: dict[str, Any] = {"ui_url": "", "flows.heartbeat_frequency": None}
 
 
 class PrefectServer:
@@ -143,14 +148,13 @@ def crawl_runtime() -> Iterator[None]:
         if server is None:
             yield
         else:
-            from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
+            from prefect.settings import temporary_settings
 
             server = wait_for_server(server)
-            # The temporary server serves no UI: no "View at" link to one in the flow's log.
             # In the environment too, for a crawl_runtime entered again inside this one.
             os.environ["PREFECT_API_URL"] = server.api_url
             try:
-                with temporary_settings({PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
+                with temporary_settings(TEMPORARY_SERVER_SETTINGS | {"api.url": server.api_url}):
                     yield
             finally:
                 del os.environ["PREFECT_API_URL"]
