@@ -77,5 +77,9 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     with sqlite3.connect(home / "prefect.db") as con:
         flow_runs = con.execute("SELECT state_type FROM flow_run").fetchall()
         task_runs = con.execute("SELECT name FROM task_run").fetchall()
+        events = {event for (event,) in con.execute("SELECT event FROM events")}
     assert flow_runs == [("COMPLETED",)]
+    # The run's events are kept, but no heartbeat: the temporary server dies with the command.
+    assert "prefect.flow-run.Completed" in events
+    assert "prefect.flow-run.heartbeat" not in events
     assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
