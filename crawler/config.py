@@ -3,8 +3,9 @@
 Each component is built from its own section only (the fetcher from `fetch`, the URL limits
 from `limits`, the rate controllers from `rate_control` and `retry`, ...); the node hands each
 part its section. Loaded from a TOML or JSON file (`--config FILE`, one table per section) as
-part of the crawl request (crawler/request.py); unknown keys and bad values are errors, so a
-typo never silently falls back to a default, and a key of the old flat layout names its table.
+part of the crawl request (crawler/request.py). Every section is a `crawler.section.Section`:
+unknown keys, wrong types and bad values are errors, so a typo never silently falls back to a
+default, and a key of the old flat layout names its table.
 """
 
 from __future__ import annotations
@@ -14,18 +15,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol import RateControlSettings
 from crawler.scheduling import Policy
+from crawler.section import Section
 from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
 
@@ -34,11 +29,7 @@ class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message is one line."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FetchSettings(_Section):
+class FetchSettings(Section):
     """`[fetch]`: how one HTTP request is made and cut off (crawler/fetcher.py), redirects and
     robots.txt (the node)."""
 
@@ -65,7 +56,7 @@ class FetchSettings(_Section):
     )
 
 
-class LimitSettings(_Section):
+class LimitSettings(Section):
     """`[limits]`: what a crawl fetches at most, against hostile servers and link traps
     (crawler/limits.py, crawler/traps.py), and when it stops (the deadline)."""
 
@@ -112,7 +103,7 @@ class LimitSettings(_Section):
         return value
 
 
-class SchedulingSettings(_Section):
+class SchedulingSettings(Section):
     """`[scheduling]`: which server a node connects to next and how long it keeps the
     connection (SPEC section 3; crawler/scheduling.py, crawler/frontier.py)."""
 
@@ -144,7 +135,7 @@ class SchedulingSettings(_Section):
         return value
 
 
-class ExchangeSettings(_Section):
+class ExchangeSettings(Section):
     """`[exchange]`: how nodes share URLs and servers (SPEC section 4; crawler/exchange.py).
     Each optimization can be switched off for comparison."""
 
@@ -162,7 +153,7 @@ class ExchangeSettings(_Section):
     )
 
 
-class DedupSettings(_Section):
+class DedupSettings(Section):
     """`[dedup]`: the URLs seen by any node (crawler/dedup.py): a shared Bloom filter with an
     LRU cache in front of it on each node."""
 
@@ -178,7 +169,7 @@ class DedupSettings(_Section):
     shards: int = Field(1, ge=1, le=64, description="Bloom filter actors")
 
 
-class OutputSettings(_Section):
+class OutputSettings(Section):
     """`[output]`: the Parquet and WARC files the nodes write (storage/), and resuming from
     them."""
 
@@ -195,7 +186,7 @@ class OutputSettings(_Section):
     )
 
 
-class PlanSettings(_Section):
+class PlanSettings(Section):
     """`[plan]`: what the plan step assumes of servers it has no earlier crawl of
     (tasks/allocate.py), and the nodes it may add while the crawl runs behind its deadline."""
 
@@ -210,7 +201,7 @@ class PlanSettings(_Section):
     surcharge_check_s: float = Field(10.0, gt=0, description="interval of that projection")
 
 
-class CrawlConfig(_Section):
+class CrawlConfig(Section):
     """Every setting, one table (section) per component; each component takes its own."""
 
     fetch: FetchSettings = Field(default_factory=FetchSettings)

@@ -1,16 +1,17 @@
 """The `[rate_control]` settings: which law paces each server, and the knobs of every law.
 
-Strict types (a string is not a number, `true` is not an integer) and unknown keys are errors,
-so a typo never falls back to a default. The retry budget and host pauses are the `[retry]`
-section (`crawler.politeness.RetrySettings`); naming one of their keys here is an error that
-says so.
+Checked as every section is (`crawler.section.Section`: strict types, unknown keys are errors).
+The retry budget and host pauses are the `[retry]` section (`crawler.politeness.RetrySettings`);
+naming one of their keys here is an error that says so.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from crawler.section import Section
 
 Mode = Literal["adaptive", "pid", "rtt", "fixed"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -19,14 +20,12 @@ MODES: tuple[str, ...] = get_args(Mode)
 MOVED_TO_RETRY = ("max_retries", "retry_after_max_s", "backoff_base_s", "backoff_cap_s")
 
 
-class RateControlSettings(BaseModel):
+class RateControlSettings(Section):
     """Every rate-control setting, with the defaults used when a key is absent.
 
     Gains of the PID follow SPEC section 1's sign convention (negative: too fast means a
     longer delay) and are stated per 60-second window; see `crawler.ratecontrol.pid`.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     mode: Mode = Field("adaptive", description="the control law: adaptive, pid, rtt, fixed")
     target_ppm: float | None = Field(
