@@ -220,19 +220,27 @@ class CrawlConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_flat_keys(cls, data: Any) -> Any:
+    def _no_moved_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for key in data:
-                if key in MOVED_KEYS:
-                    section, name = MOVED_KEYS[key]
+            held = [(None, key) for key in data] + [
+                (table, key)
+                for table, value in data.items()
+                if isinstance(value, dict)
+                for key in value
+            ]
+            for table, key in held:
+                if (table, key) in MOVED_KEYS:
+                    section, name = MOVED_KEYS[table, key]
+                    where = key if table is None else f"{table}.{key}"
                     raise ValueError(
-                        f"{key} moved to [{section}]" + (f" as {name}" if name != key else "")
+                        f"{where} moved to [{section}]" + (f" as {name}" if name != key else "")
                     )
         return data
 
 
-# Keys of the flat layout before the sections (crawlflow 0.1 up to issue 18): key -> (section,
-# name there). A file that still uses one gets an error naming its new place.
+# Keys that moved when the settings became a tree of sections (issue 18): (the table a file held
+# it in, None for the top level of the flat layout; its name there) -> (its section, its name
+# there). A file that still uses one gets an error naming its new place.
 _RENAMED = {
     "exchange_batch": ("exchange", "batch"),
     "dedup_cache_size": ("dedup", "cache_size"),
@@ -240,9 +248,9 @@ _RENAMED = {
     "dedup_fp_rate": ("dedup", "fp_rate"),
     "dedup_shards": ("dedup", "shards"),
 }
-MOVED_KEYS: dict[str, tuple[str, str]] = {
+MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
     **{
-        name: (section, name)
+        (None, name): (section, name)
         for section, model in [
             ("fetch", FetchSettings),
             ("limits", LimitSettings),
@@ -254,7 +262,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
         for name in model.model_fields
         if (section, name) not in _RENAMED.values()
     },
-    **_RENAMED,
+    **{(None, old): new for old, new in _RENAMED.items()},
+    # The retry budget and host pauses were rate-control keys before [retry] was a section.
+    **{("rate_control", name): ("retry", name) for name in RetrySettings.model_fields},
 }
 
 

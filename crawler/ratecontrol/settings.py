@@ -2,12 +2,12 @@
 
 Checked as every section is (`crawler.section.Section`: strict types, unknown keys are errors).
 The retry budget and host pauses are the `[retry]` section (`crawler.politeness.RetrySettings`);
-naming one of their keys here is an error that says so.
+a config file naming one of their keys here gets an error that says so (crawler/config.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -15,9 +15,6 @@ from crawler.section import Section
 
 Mode = Literal["adaptive", "pid", "rtt", "fixed"]
 MODES: tuple[str, ...] = get_args(Mode)
-
-# Keys that were rate-control keys before the retry settings became their own section.
-MOVED_TO_RETRY = ("max_retries", "retry_after_max_s", "backoff_base_s", "backoff_cap_s")
 
 
 class RateControlSettings(Section):
@@ -104,17 +101,6 @@ class RateControlSettings(Section):
     # of them.
     unproven_delay_factor: float = Field(2.0, gt=0)
     base_samples: int = Field(32, ge=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_retry_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            moved = [key for key in MOVED_TO_RETRY if key in data]
-            if moved:
-                raise ValueError(
-                    f"{moved[0]} is a [retry] setting now (retry.{moved[0]}), not rate_control"
-                )
-        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> RateControlSettings:
