@@ -166,6 +166,18 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error(tmp_path, capsys, table, 
     assert err.strip() == f"crawlflow: error: {message}"
 
 
+def test_the_request_checks_the_quality_file_and_since_for_the_command(tmp_path, capsys):
+    # One check each, in the settings and the request model; the command only reports them.
+    missing = tmp_path / "quality.csv"
+    code, err = run(["crawl", "--quality-file", str(missing), "http://example.com/"], capsys)
+    assert code == 2
+    expected = f"invalid config: scheduling.quality_file: no such file: {missing}"
+    assert err.strip() == f"crawlflow: error: {expected}"
+    code, err = run(["crawl", "--since", "x", "--full", "http://example.com/"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "since names a crawl to revisit, but incremental is off (--full)" in err
+
+
 # Every key of the flat layout (crawlflow before the settings tree), rate_control and retry
 # aside (they were tables already).
 FLAT_KEYS = [
