@@ -19,7 +19,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol import RateControlSettings
-from crawler.scheduling import Policy
+from crawler.scheduling import (
+    DEFAULT_ESTIMATE_WEIGHT,
+    DEFAULT_KEEPALIVE_SPEEDUP,
+    POLICIES,
+    Policy,
+)
 from crawler.section import Section
 from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
@@ -107,9 +112,7 @@ class SchedulingSettings(Section):
     """`[scheduling]`: which server a node connects to next and how long it keeps the
     connection (SPEC section 3; crawler/scheduling.py, crawler/frontier.py)."""
 
-    policy: Policy = Field(
-        "capability", description="scheduling policy: bfs, performance, quality, capability"
-    )
+    policy: Policy = Field("capability", description=f"scheduling policy: {', '.join(POLICIES)}")
     quality_file: str | None = Field(
         None, description="page quality per URL (.parquet or .csv: url, quality); else PageRank"
     )
@@ -118,10 +121,13 @@ class SchedulingSettings(Section):
         50, ge=1, description="URLs fetched over one keep-alive connection to a new server"
     )
     keepalive_speedup: float = Field(
-        1.2, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
+        DEFAULT_KEEPALIVE_SPEEDUP, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
     )
     estimate_weight: float = Field(
-        0.8, ge=0, lt=1, description="w in est <- w*est + (1-w)*measured (connection stats)"
+        DEFAULT_ESTIMATE_WEIGHT,
+        ge=0,
+        lt=1,
+        description="w in est <- w*est + (1-w)*measured (connection stats)",
     )
 
     @field_validator("quality_file")

@@ -24,7 +24,7 @@ class RateControlSettings(Section):
     longer delay) and are stated per 60-second window; see `crawler.ratecontrol.pid`.
     """
 
-    mode: Mode = Field("adaptive", description="the control law: adaptive, pid, rtt, fixed")
+    mode: Mode = Field("adaptive", description=f"the control law: {', '.join(MODES)}")
     target_ppm: float | None = Field(
         None, gt=0, description="pages/min per server; required by pid"
     )
