@@ -119,7 +119,6 @@ class Coordinator:
         self.surcharge = surcharge
         self.unassigned_budget = max_pages or 0
         self.granted: dict[str, int] = defaultdict(int)  # page budget held per node
-        self.routed = 0
         self.started = time.monotonic()
         self.usage = {node_id: NodeUsage(node_id, "planned", 0.0) for node_id in self.nodes}
         self._lost: list[str] = []
@@ -300,7 +299,7 @@ class Coordinator:
         for url, depth in items:
             batches[self.owner[host_key(url)]].append((url, depth))
         for node_id, batch in batches.items():
-            self.routed += self.nodes[node_id].add_urls(batch)
+            self.nodes[node_id].add_urls(batch)
 
     # ---- nodes that die, nodes that join -------------------------------------------------------
 
