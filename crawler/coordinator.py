@@ -235,7 +235,7 @@ class Coordinator:
             return False
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
-            if status.active or status.outbox:
+            if status.active or status.held_for_peers:
                 return False
             can_progress = status.budget > 0 or budget_left
             if status.queued and can_progress:
