@@ -62,7 +62,7 @@ class ExchangeView(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def orphan(self, node_id: str) -> list[str]: ...
     def put_hosts(self, states: list[ServerState]) -> None: ...
-    def push(self, node_id: str, urls: list[tuple[str, int]]) -> int: ...
+    def push(self, urls: list[tuple[str, int]]) -> int: ...
 
 
 # (dead node, its servers) -> what it leaves, rebuilt from the committed output.
@@ -321,7 +321,7 @@ class Coordinator:
             self._call(other, "flush")
         recovered = self.recover(node_id, hosts)
         self.exchange.put_hosts(recovered.states)
-        self.exchange.push(node_id, recovered.foreign)
+        self.exchange.push(recovered.foreign)
         logger.warning(
             "crawler node %s died: %d servers with %d URLs go to the others",
             node_id,
