@@ -24,7 +24,6 @@ from storage.checkpoint import Checkpoint
 def drive_crawl(
     fleet: Fleet,
     seeds: list[str],
-    max_pages: int | None,
     checkpoint: Checkpoint,
     depths: dict[str, int] | None = None,
 ) -> dict[str, Any]:
@@ -32,7 +31,7 @@ def drive_crawl(
     Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     logger = get_run_logger()
     config = fleet.plan.config
-    crawl_dir = fleet.plan.crawl_dir
+    crawl_dir, max_pages = fleet.plan.crawl_dir, fleet.plan.max_pages
     coordinator = fleet.coordinator(
         recover=OutputRecovery(crawl_dir, seeds, set(checkpoint.admitted), depths)
     )
