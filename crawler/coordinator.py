@@ -7,6 +7,10 @@ Nodes send each other URLs and servers themselves, through the shared state
 
 Plain Python over small interfaces, so it runs the same over Ray actor proxies (the flow) and
 over in-process nodes (tests); both are built by the runtime layer (runtime/).
+
+About 400 lines because it is one loop over one state: the budget, the quiet check, the
+takeover of a dead node and the surcharge nodes all read and change the same per-node grants,
+usage and statuses within one poll; split into modules they would pass that state around.
 """
 
 from __future__ import annotations
