@@ -10,6 +10,7 @@ from prefect.runtime import flow_run
 
 from crawler.recrawl import start_depths, start_urls
 from crawler.request import CrawlRequest
+from runtime.fleet import FleetPlan
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
@@ -44,15 +45,17 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.output.resume_quiet_s, depths)
     specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
     fleet = launch_nodes(
-        crawl_id,
-        out_dir,
-        settings,
-        specs,
-        scope.hosts,
-        request.allow_private,
-        request.max_depth,
-        max_pages,
-        revisits,
+        FleetPlan(
+            crawl_id=crawl_id,
+            out_dir=out_dir,
+            config=settings,
+            nodes=specs,
+            scope_hosts=scope.hosts,
+            allow_private=request.allow_private,
+            max_depth=request.max_depth,
+            max_pages=max_pages,
+            revisits=revisits,
+        )
     )
     try:
         usage = drive_crawl(fleet, start, max_pages, checkpoint, depths)

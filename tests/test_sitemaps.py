@@ -143,7 +143,12 @@ def test_sitemap_fetches_keep_the_servers_crawl_delay(tmp_path):
         paths = [e["path"] for e in sim.request_log()]
     assert any(path.startswith("/sitemap") for path in paths)
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
-    assert len(gaps) >= 4 and min(gaps) >= 0.18  # Crawl-delay: 0.2, sitemaps included
+    # Crawl-delay: 0.2, sitemaps included. The server sees the crawler's pacing through the
+    # jitter of each request's way to it (tens of ms on a loaded machine): each gap is held to
+    # half the delay (back to back would be about 1 ms), and their mean, which only the last
+    # request's jitter shortens, to 90% of it.
+    assert len(gaps) >= 4 and min(gaps) >= 0.1
+    assert (times[-1] - times[0]) / len(gaps) >= 0.18
 
 
 def test_a_resumed_crawl_keeps_what_it_revisits(tmp_path):
