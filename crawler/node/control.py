@@ -108,9 +108,9 @@ class CrawlerNode:
         (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
         URLs the first run let through crawler.limits, which count against them again."""
         core = self.core
-        for host, counts in counts_of(admitted).items():
-            core.limits.restore(host, counts)
         with core.lock:
+            for host, counts in counts_of(admitted).items():
+                core.servers[host].limits.add(counts)
             for url in done:
                 if (server := core.servers.get(host_key(url))) is not None:
                     server.seen.add(url)

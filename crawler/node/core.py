@@ -44,11 +44,7 @@ class NodeCore:
         self.scope = Scope(set(scope_hosts))
         self.max_depth = max_depth
         self.lock = threading.Condition()
-        self.frontier = Frontier(
-            config.scheduling.policy,
-            config.scheduling.keepalive_speedup,
-            config.scheduling.estimate_weight,
-        )
+        self.frontier = Frontier(config.scheduling)
         self.limits = UrlLimits(config.limits)
         self.strip_params = ParamStripper(config.limits.strip_params)
         self.revisits = revisits
@@ -72,13 +68,11 @@ class NodeCore:
             server.controller = make_host_controller(
                 self.config.rate_control, self.config.retry, time.monotonic()
             )
-        server.requests_per_connection = self.config.scheduling.requests_per_connection
         if server.robots is not None:
             delay = server.robots.crawl_delay(self.config.fetch.user_agent)
             if delay:
                 server.controller.set_floor_delay(delay)
         self.frontier.add_server(server)
-        self.limits.attach(server.host, server.limits)
 
     def score(self, url: str) -> float:
         """A URL's rank in the scheduler: its revisit priority in a recrawl, else its quality."""

@@ -95,7 +95,7 @@ class FetchLoop:
             if not server.robots.allowed(task.url, user_agent):
                 self._refuse(server, task, FetchError(ErrorClass.ROBOTS_DISALLOWED))
                 continue
-            if core.limits.closed(task.url):
+            if core.limits.closed(server.limits, task.url):
                 self._refuse(server, task, family_errors(url_family(task.url)))
                 continue
             assert server.controller is not None
@@ -105,7 +105,10 @@ class FetchLoop:
                 return
             # Checked last: a URL put back above must not be counted twice. Retries were
             # admitted with their first try.
-            refusal = core.limits.admit(task.url, task.host_depth) if task.attempt == 1 else None
+            if task.attempt == 1:
+                refusal = core.limits.admit(server.limits, task.url, task.host_depth)
+            else:
+                refusal = None
             if refusal is not None:
                 self._refuse(server, task, refusal)
                 continue
@@ -136,12 +139,13 @@ class FetchLoop:
         with core.lock:
             hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
         outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.fetch.max_redirects)
-        if outcome.failed is not None and core.limits.outcome(task.url, outcome.failed):
+        limits, counts = core.limits, server.limits
+        if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
         if result.status == 304:
-            core.limits.credit(task.url)  # unchanged since an earlier crawl judged it
-        elif result.status is not None and core.limits.wants_shape(task.url):
-            core.limits.observe(task.url, content_shape(result.body))
+            limits.credit(counts, task.url)  # unchanged since an earlier crawl judged it
+        elif result.status is not None and limits.wants_shape(counts, task.url):
+            limits.observe(counts, task.url, content_shape(result.body))
         if outcome.retry_in is not None:
             self._recorder.fetch(result, task, outcome.error)
             with core.lock:
