@@ -11,7 +11,7 @@ from crawler.coordinator import NodeLost
 from crawler.dedup import BloomShard
 from crawler.exchange import Exchange
 from crawler.node import CrawlerNode, NodeStatus
-from crawler.peerlink import PeerLink, link_settings
+from crawler.peerlink import PeerLink
 from runtime.fleet import Fleet, FleetPlan
 
 
@@ -67,9 +67,7 @@ class InProcessFleet(Fleet):
             BloomShard(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
             for _ in range(config.dedup.shards)
         ]
-        self.shared_exchange = Exchange(
-            plan.owner, self.shards, config.exchange.balance, config.exchange.balance_tolerance
-        )
+        self.shared_exchange = Exchange(plan.owner, self.shards, config.exchange)
         self._exchange = Serialized(self.shared_exchange)
         self.launched: list[LocalNode] = []  # the planned nodes and every node added since
         self.nodes = [self._launch(node.node_id, node.hosts) for node in plan.nodes]
@@ -90,7 +88,7 @@ class InProcessFleet(Fleet):
                 plan.scope_hosts,
                 plan.allow_private,
                 plan.max_depth,
-                PeerLink(link_settings(plan.config), self._exchange),
+                PeerLink(plan.config.exchange, plan.config.dedup.cache_size, self._exchange),
                 page_budget=plan.page_budget,
                 revisits=plan.revisits,
             )

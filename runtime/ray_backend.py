@@ -22,7 +22,7 @@ from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
 from crawler.exchange import Beat, Exchange, Reply  # noqa: E402
 from crawler.node import CrawlerNode, NodeStatus  # noqa: E402
-from crawler.peerlink import PeerLink, link_settings  # noqa: E402
+from crawler.peerlink import PeerLink  # noqa: E402
 from crawler.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
 
@@ -84,7 +84,8 @@ class LinkedCrawlerNode(CrawlerNode):
     a link holds a thread and locks, which do not travel."""
 
     def __init__(self, exchange: Any, **kwargs: Any) -> None:
-        link = PeerLink(link_settings(kwargs["config"]), RayExchange(exchange))
+        config = kwargs["config"]
+        link = PeerLink(config.exchange, config.dedup.cache_size, RayExchange(exchange))
         super().__init__(**kwargs, link=link)
 
 
@@ -149,8 +150,7 @@ class RayFleet(Fleet):
             .remote(
                 plan.owner,
                 shards=[RayFilterShard(shard) for shard in self.shards],
-                balance=config.exchange.balance,
-                tolerance=config.exchange.balance_tolerance,
+                settings=config.exchange,
             )
         )
         self._exchange = RayExchange(self.exchange_actor)
