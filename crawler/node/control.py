@@ -233,7 +233,7 @@ class CrawlerNode:
         self._stop_threads()
         with self.core.lock:
             tasks = [task for server in self.core.servers.values() for task in server.drain()]
-        self.loop.record_skipped(tasks)
+        self.loop.unfetched(tasks)
         self.recorder.flush()
         return len(tasks)
 
