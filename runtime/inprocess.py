@@ -64,7 +64,7 @@ class InProcessFleet(Fleet):
         super().__init__(plan)
         config = plan.config
         self.shards = [
-            BloomShard(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
+            BloomShard(plan.shard_capacity, config.dedup.fp_rate)
             for _ in range(config.dedup.shards)
         ]
         self.shared_exchange = Exchange(plan.owner, self.shards, config.exchange)
@@ -77,22 +77,9 @@ class InProcessFleet(Fleet):
         return self._exchange
 
     def _launch(self, node_id: str, hosts: list[str]) -> LocalNode:
-        plan = self.plan
-        node = LocalNode(
-            CrawlerNode(
-                node_id,
-                plan.crawl_id,
-                plan.out_dir,
-                plan.config,
-                hosts,
-                plan.scope_hosts,
-                plan.allow_private,
-                plan.max_depth,
-                PeerLink(plan.config.exchange, plan.config.dedup.cache_size, self._exchange),
-                page_budget=plan.page_budget,
-                revisits=plan.revisits,
-            )
-        )
+        config = self.plan.config
+        link = PeerLink(config.exchange, config.dedup.cache_size, self._exchange)
+        node = LocalNode(CrawlerNode(self.plan.node(node_id, hosts), link))
         self.launched.append(node)
         return node
 
