@@ -57,10 +57,6 @@ class NodeCore:
             server.controller = make_host_controller(
                 self.config.rate_control, self.config.retry, time.monotonic()
             )
-        if server.robots is not None:
-            delay = server.robots.crawl_delay(self.config.fetch.user_agent)
-            if delay:
-                server.controller.set_floor_delay(delay)
         self.frontier.add_server(server)
 
     def score(self, url: str) -> float:
