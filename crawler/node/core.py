@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from urllib.parse import urlsplit
 
 from crawler.fetcher import ServerSession
 from crawler.frontier import Frontier
@@ -72,7 +71,7 @@ class NodeCore:
     def queue(self, server: ServerState, task: UrlTask) -> None:
         """Queue a new URL of an owned server, seen from now on. Under the lock."""
         server.seen.add(task.url)
-        self.frontier.push(server.host, task, scheme=urlsplit(task.url).scheme)
+        self.frontier.push(server.host, task, scheme=task.url.split(":", 1)[0])
 
     def changed(self) -> None:
         """What the node holds changed: wake the workers, tell the coordinator. Under the lock."""

@@ -26,7 +26,7 @@ from crawler.server import ServerState
 from crawler.sitemaps import read_sitemaps, sitemap_urls
 from crawler.traps import content_shape, url_family
 from crawler.urlqueue import UrlTask
-from crawler.urls import host_key
+from crawler.urls import server_of
 from storage.outcomes import DEADLINE, ErrorClass, FetchError, family_errors
 
 logger = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ class FetchLoop:
             if refund_budget:
                 core.budget += len(tasks)
             for task in tasks:
-                if (server := core.servers.get(host_key(task.url))) is not None:
+                if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
             core.counters.urls_done += len(tasks)
             core.counters.activity += 1
