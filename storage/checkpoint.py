@@ -83,6 +83,15 @@ def load_checkpoint(
     return checkpoint
 
 
+def _changed_at(path: Path) -> float:
+    """When `path` last changed; a file renamed or removed since it was listed (a node
+    committing a batch) changed just now."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()
+
+
 def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
     """Wait until no file under `crawl_dir` has changed for `quiet_s` seconds.
 
@@ -95,7 +104,7 @@ def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         newest = max(
-            (p.stat().st_mtime for p in crawl_dir.rglob("*") if p.name != MANIFEST),
+            (_changed_at(p) for p in crawl_dir.rglob("*") if p.name != MANIFEST),
             default=0.0,
         )
         idle = time.time() - newest

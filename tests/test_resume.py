@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.checkpoint import wait_until_quiet
+from storage.checkpoint import _changed_at, wait_until_quiet
 from storage.manifest import MANIFEST
 from storage.views import connect
 from websim import WebSim, WebSpec
@@ -114,3 +114,9 @@ def test_a_new_crawl_does_not_wait_for_its_own_manifest(tmp_path: Path) -> None:
     (tmp_path / "fetches").mkdir()
     (tmp_path / "fetches" / "node-0-1.parquet").write_bytes(b"")
     assert not wait_until_quiet(tmp_path, quiet_s=30.0, timeout_s=1.0)  # a node just wrote
+
+
+def test_a_file_renamed_since_it_was_listed_counts_as_a_change_just_now(tmp_path: Path) -> None:
+    # A node commits a batch by renaming its .tmp file: listed, then gone before its stat.
+    before = time.time()
+    assert _changed_at(tmp_path / "fetches" / "node-0-000001.parquet.tmp") >= before
