@@ -3,8 +3,8 @@ on and off, with a delay on every call to shared state.
 
 Serves a synthetic web of realistic pages (40 KB, 200 links, 15% of them to other servers) on
 loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does (the
-Ray runtime, `runtime.start_fleet`, and `crawler.coordinator.Coordinator`), for a fixed time
-each. Every call a node makes to shared state (the Bloom filter actor, the exchange actor)
+Ray runtime, `runtime.backends.start_fleet`, and `crawler.coordinator.Coordinator`), for a fixed
+time each. Every call a node makes to shared state (the Bloom filter actor, the exchange actor)
 first waits the injected delay, as if the store were 10 ms away. Four variants:
 
 - none: no dedup cache, unbatched: a worker checks every link to another node's server with

@@ -59,6 +59,7 @@ import pyarrow.parquet as pq
 
 from bench import results_dir
 from crawler.config import CrawlConfig
+from crawler.scheduling import POLICIES
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from websim import WebSim, WebSpec
@@ -68,7 +69,6 @@ matplotlib.use("Agg")  # files only: no display on servers and CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-POLICIES = ("bfs", "performance", "quality", "capability")
 QUALITIES = ("pagerank", "zipf")
 FRACTIONS = {"0.3": 0.3, "0.33": 1 / 3, "0.5": 0.5, "1.0": 1.0}
 RUN_KEYS = ("policy", "quality", "pages_at", "quality_share_at", "quality_share_at_half_pages")

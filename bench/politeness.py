@@ -33,6 +33,10 @@ controllers, told the lowest limit (5/s) as a careful operator would be, and `ba
 Writes `host_rates.png` (achieved rate per rate-limited host against its hidden limit) and
 `degrading.png` (RTT and rate per degrading host against the ground truth) next to the JSON,
 or into bench/results/politeness/.
+
+Over 400 lines because it is one benchmark of two webs: each web's ground truth, run,
+measures, table and plot are only meaningful side by side with the other's, and nothing else
+imports them; split, the one command would be spread over modules no other code uses.
 """
 
 from __future__ import annotations

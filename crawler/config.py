@@ -3,8 +3,9 @@
 Each component is built from its own section only (the fetcher from `fetch`, the URL limits
 from `limits`, the rate controllers from `rate_control` and `retry`, ...); the node hands each
 part its section. Loaded from a TOML or JSON file (`--config FILE`, one table per section) as
-part of the crawl request (crawler/request.py); unknown keys and bad values are errors, so a
-typo never silently falls back to a default, and a key of the old flat layout names its table.
+part of the crawl request (crawler/request.py). Every section is a `crawler.section.Section`:
+unknown keys, wrong types and bad values are errors, so a typo never silently falls back to a
+default, and a key of the old flat layout names its table.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol import RateControlSettings
-from crawler.scheduling import Policy
+from crawler.scheduling import (
+    DEFAULT_ESTIMATE_WEIGHT,
+    DEFAULT_KEEPALIVE_SPEEDUP,
+    POLICIES,
+    Policy,
+)
+from crawler.section import Section
 from crawler.traps import DEFAULT_STRIP_PARAMS
 from crawler.urls import MAX_URL_LENGTH
 
@@ -34,11 +34,7 @@ class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message is one line."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FetchSettings(_Section):
+class FetchSettings(Section):
     """`[fetch]`: how one HTTP request is made and cut off (crawler/fetcher.py), redirects and
     robots.txt (the node)."""
 
@@ -65,7 +61,7 @@ class FetchSettings(_Section):
     )
 
 
-class LimitSettings(_Section):
+class LimitSettings(Section):
     """`[limits]`: what a crawl fetches at most, against hostile servers and link traps
     (crawler/limits.py, crawler/traps.py), and when it stops (the deadline)."""
 
@@ -112,13 +108,11 @@ class LimitSettings(_Section):
         return value
 
 
-class SchedulingSettings(_Section):
+class SchedulingSettings(Section):
     """`[scheduling]`: which server a node connects to next and how long it keeps the
     connection (SPEC section 3; crawler/scheduling.py, crawler/frontier.py)."""
 
-    policy: Policy = Field(
-        "capability", description="scheduling policy: bfs, performance, quality, capability"
-    )
+    policy: Policy = Field("capability", description=f"scheduling policy: {', '.join(POLICIES)}")
     quality_file: str | None = Field(
         None, description="page quality per URL (.parquet or .csv: url, quality); else PageRank"
     )
@@ -127,10 +121,13 @@ class SchedulingSettings(_Section):
         50, ge=1, description="URLs fetched over one keep-alive connection to a new server"
     )
     keepalive_speedup: float = Field(
-        1.2, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
+        DEFAULT_KEEPALIVE_SPEEDUP, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
     )
     estimate_weight: float = Field(
-        0.8, ge=0, lt=1, description="w in est <- w*est + (1-w)*measured (connection stats)"
+        DEFAULT_ESTIMATE_WEIGHT,
+        ge=0,
+        lt=1,
+        description="w in est <- w*est + (1-w)*measured (connection stats)",
     )
 
     @field_validator("quality_file")
@@ -144,7 +141,7 @@ class SchedulingSettings(_Section):
         return value
 
 
-class ExchangeSettings(_Section):
+class ExchangeSettings(Section):
     """`[exchange]`: how nodes share URLs and servers (SPEC section 4; crawler/exchange.py).
     Each optimization can be switched off for comparison."""
 
@@ -162,7 +159,7 @@ class ExchangeSettings(_Section):
     )
 
 
-class DedupSettings(_Section):
+class DedupSettings(Section):
     """`[dedup]`: the URLs seen by any node (crawler/dedup.py): a shared Bloom filter with an
     LRU cache in front of it on each node."""
 
@@ -178,7 +175,7 @@ class DedupSettings(_Section):
     shards: int = Field(1, ge=1, le=64, description="Bloom filter actors")
 
 
-class OutputSettings(_Section):
+class OutputSettings(Section):
     """`[output]`: the Parquet and WARC files the nodes write (storage/), and resuming from
     them."""
 
@@ -195,7 +192,7 @@ class OutputSettings(_Section):
     )
 
 
-class PlanSettings(_Section):
+class PlanSettings(Section):
     """`[plan]`: what the plan step assumes of servers it has no earlier crawl of
     (tasks/allocate.py), and the nodes it may add while the crawl runs behind its deadline."""
 
@@ -210,7 +207,7 @@ class PlanSettings(_Section):
     surcharge_check_s: float = Field(10.0, gt=0, description="interval of that projection")
 
 
-class CrawlConfig(_Section):
+class CrawlConfig(Section):
     """Every setting, one table (section) per component; each component takes its own."""
 
     fetch: FetchSettings = Field(default_factory=FetchSettings)
@@ -229,19 +226,27 @@ class CrawlConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_flat_keys(cls, data: Any) -> Any:
+    def _no_moved_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for key in data:
-                if key in MOVED_KEYS:
-                    section, name = MOVED_KEYS[key]
+            held = [(None, key) for key in data] + [
+                (table, key)
+                for table, value in data.items()
+                if isinstance(value, dict)
+                for key in value
+            ]
+            for table, key in held:
+                if (table, key) in MOVED_KEYS:
+                    section, name = MOVED_KEYS[table, key]
+                    where = key if table is None else f"{table}.{key}"
                     raise ValueError(
-                        f"{key} moved to [{section}]" + (f" as {name}" if name != key else "")
+                        f"{where} moved to [{section}]" + (f" as {name}" if name != key else "")
                     )
         return data
 
 
-# Keys of the flat layout before the sections (crawlflow 0.1 up to issue 18): key -> (section,
-# name there). A file that still uses one gets an error naming its new place.
+# Keys that moved when the settings became a tree of sections (issue 18): (the table a file held
+# it in, None for the top level of the flat layout; its name there) -> (its section, its name
+# there). A file that still uses one gets an error naming its new place.
 _RENAMED = {
     "exchange_batch": ("exchange", "batch"),
     "dedup_cache_size": ("dedup", "cache_size"),
@@ -249,9 +254,9 @@ _RENAMED = {
     "dedup_fp_rate": ("dedup", "fp_rate"),
     "dedup_shards": ("dedup", "shards"),
 }
-MOVED_KEYS: dict[str, tuple[str, str]] = {
+MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
     **{
-        name: (section, name)
+        (None, name): (section, name)
         for section, model in [
             ("fetch", FetchSettings),
             ("limits", LimitSettings),
@@ -263,7 +268,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
         for name in model.model_fields
         if (section, name) not in _RENAMED.values()
     },
-    **_RENAMED,
+    **{(None, old): new for old, new in _RENAMED.items()},
+    # The retry budget and host pauses were rate-control keys before [retry] was a section.
+    **{("rate_control", name): ("retry", name) for name in RetrySettings.model_fields},
 }
 
 

@@ -7,6 +7,10 @@ Nodes send each other URLs and servers themselves, through the shared state
 
 Plain Python over small interfaces, so it runs the same over Ray actor proxies (the flow) and
 over in-process nodes (tests); both are built by the runtime layer (runtime/).
+
+About 400 lines because it is one loop over one state: the budget, the quiet check, the
+takeover of a dead node and the surcharge nodes all read and change the same per-node grants,
+usage and statuses within one poll; split into modules they would pass that state around.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class ExchangeView(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def orphan(self, node_id: str) -> list[str]: ...
     def put_hosts(self, states: list[ServerState]) -> None: ...
-    def push(self, node_id: str, urls: list[tuple[str, int]]) -> int: ...
+    def push(self, urls: list[tuple[str, int]]) -> int: ...
 
 
 # (dead node, its servers) -> what it leaves, rebuilt from the committed output.
@@ -119,7 +123,6 @@ class Coordinator:
         self.surcharge = surcharge
         self.unassigned_budget = max_pages or 0
         self.granted: dict[str, int] = defaultdict(int)  # page budget held per node
-        self.routed = 0
         self.started = time.monotonic()
         self.usage = {node_id: NodeUsage(node_id, "planned", 0.0) for node_id in self.nodes}
         self._lost: list[str] = []
@@ -236,7 +239,7 @@ class Coordinator:
             return False
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
-            if status.active or status.outbox:
+            if status.active or status.held_for_peers:
                 return False
             can_progress = status.budget > 0 or budget_left
             if status.queued and can_progress:
@@ -300,7 +303,7 @@ class Coordinator:
         for url, depth in items:
             batches[self.owner[host_key(url)]].append((url, depth))
         for node_id, batch in batches.items():
-            self.routed += self.nodes[node_id].add_urls(batch)
+            self.nodes[node_id].add_urls(batch)
 
     # ---- nodes that die, nodes that join -------------------------------------------------------
 
@@ -322,7 +325,7 @@ class Coordinator:
             self._call(other, "flush")
         recovered = self.recover(node_id, hosts)
         self.exchange.put_hosts(recovered.states)
-        self.exchange.push(node_id, recovered.foreign)
+        self.exchange.push(recovered.foreign)
         logger.warning(
             "crawler node %s died: %d servers with %d URLs go to the others",
             node_id,

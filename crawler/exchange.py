@@ -102,7 +102,7 @@ class Exchange:
     def heartbeat(self, beat: Beat) -> Reply:
         """A node's level and its foreign URLs in; URLs for its servers out, servers to take
         when it is below its share, or how much to hand over when above."""
-        new = self.push(beat.node_id, beat.urls)
+        new = self.push(beat.urls)
         self._queue(beat.forwarded)
         if beat.node_id in self.gone:
             return Reply(urls=[], hosts=[], offer_urls=0, more=False, new=new)
@@ -120,7 +120,7 @@ class Exchange:
                 offer = int(mine - share)
         return Reply(urls=urls, hosts=hosts, offer_urls=offer, more=more, new=new)
 
-    def push(self, node_id: str, urls: list[Item]) -> int:
+    def push(self, urls: list[Item]) -> int:
         """Foreign URLs a node found: those the filter has not seen go to their owners'
         inboxes. Returns how many were new."""
         new = self._filter(urls)

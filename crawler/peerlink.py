@@ -34,7 +34,7 @@ class ExchangeHandle(Protocol):
     """The exchange as a node reaches it (in-process, or a Ray actor through an adapter)."""
 
     def heartbeat(self, beat: Beat) -> Reply: ...
-    def push(self, node_id: str, urls: list[Item]) -> int: ...
+    def push(self, urls: list[Item]) -> int: ...
     def pull(self, node_id: str, max_items: int) -> Reply: ...
     def offer(self, node_id: str, states: list[ServerState]) -> None: ...
 
@@ -180,7 +180,7 @@ class PeerLink:
 
     def _push(self, items: list[Item]) -> None:
         """One batch to the exchange (which checks it with the filter): one remote call."""
-        new = self._remote(self._exchange.push, self._node_id, items)
+        new = self._remote(self._exchange.push, items)
         with self._lock:
             self.counters["batches"] += 1
             self.counters["batch_urls"] += len(items)

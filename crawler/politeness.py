@@ -14,9 +14,10 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from protego import Protego
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 # Which results are worth another try is the commit/resume rule's, defined once in storage.
+from crawler.section import Section
 from storage.outcomes import FetchError, is_retryable
 
 # Host-level "slow down" signals: the server is refusing work because of our rate.
@@ -80,11 +81,9 @@ class Backoff:
         return ceiling if self._rng is None else self._rng.uniform(0.0, ceiling)
 
 
-class RetrySettings(BaseModel):
+class RetrySettings(Section):
     """The `[retry]` section: the retry budget of a URL, and how long a server is left alone
     after "not now" (the per-URL retries here and the host pauses of every rate controller)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     max_retries: int = Field(
         3, ge=0, description="retries of one URL before it is recorded as failed"

@@ -41,6 +41,7 @@ from typing import Literal, Protocol, get_args
 Policy = Literal["bfs", "performance", "quality", "capability"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 
+# The defaults of [scheduling] keepalive_speedup and estimate_weight (crawler/config.py).
 DEFAULT_KEEPALIVE_SPEEDUP = 1.2  # p in the documents
 DEFAULT_ESTIMATE_WEIGHT = 0.8  # w in the documents
 # Before any server of the node has been measured every server is equally unknown, so these
@@ -231,13 +232,14 @@ class CrawlCapability(ServerPolicy):
         return server.top_quality_sum() / server.stats.connection_cost(planned)
 
 
-def make_policy(name: str) -> ServerPolicy:
-    policies: dict[str, type[ServerPolicy]] = {
-        "bfs": ServerPolicy,
-        "performance": PerformanceFirst,
-        "quality": QualityFirst,
-        "capability": CrawlCapability,
-    }
-    if name not in policies:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
-    return policies[name]()
+# One class per policy; `Policy` is the only way a name gets here (the settings check it).
+POLICY_CLASSES: dict[Policy, type[ServerPolicy]] = {
+    "bfs": ServerPolicy,
+    "performance": PerformanceFirst,
+    "quality": QualityFirst,
+    "capability": CrawlCapability,
+}
+
+
+def make_policy(name: Policy) -> ServerPolicy:
+    return POLICY_CLASSES[name]()

@@ -94,10 +94,6 @@ def crawl(
     from crawlflow.runtime import run_crawl
     from crawlflow.summary import print_report
 
-    if quality_file is not None and not quality_file.is_file():
-        raise UserError(f"no such quality file: {quality_file}")
-    if since is not None and full:
-        raise UserError("--since and --full exclude each other")
     settings = with_overrides(
         {} if config is None else read_config_file(config),
         {

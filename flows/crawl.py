@@ -58,7 +58,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         )
     )
     try:
-        usage = drive_crawl(fleet, start, max_pages, checkpoint, depths)
+        usage = drive_crawl(fleet, start, checkpoint, depths)
     finally:
         close_nodes(fleet)
     collect_output(out_dir, crawl_id)

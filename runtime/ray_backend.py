@@ -52,8 +52,8 @@ class RayExchange:
     def heartbeat(self, beat: Beat) -> Reply:
         return ray.get(self.actor.heartbeat.remote(beat))
 
-    def push(self, node_id: str, urls: list[Item]) -> int:
-        return ray.get(self.actor.push.remote(node_id, urls))
+    def push(self, urls: list[Item]) -> int:
+        return ray.get(self.actor.push.remote(urls))
 
     def pull(self, node_id: str, max_items: int) -> Reply:
         return ray.get(self.actor.pull.remote(node_id, max_items))

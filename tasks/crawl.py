@@ -1,5 +1,6 @@
-"""Crawl step: the Ray driver. Seeds the node actors, watches them (takeover of dead nodes,
-surcharge nodes when the crawl falls behind its time budget) until the crawl is done."""
+"""Crawl step: drives the fleet the launch task started (through runtime/, which holds Ray):
+seeds its nodes and watches them (takeover of dead nodes, surcharge nodes when the crawl falls
+behind its time budget) with crawler.coordinator until the crawl is done."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from storage.checkpoint import Checkpoint
 def drive_crawl(
     fleet: Fleet,
     seeds: list[str],
-    max_pages: int | None,
     checkpoint: Checkpoint,
     depths: dict[str, int] | None = None,
 ) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def drive_crawl(
     Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     logger = get_run_logger()
     config = fleet.plan.config
-    crawl_dir = fleet.plan.crawl_dir
+    crawl_dir, max_pages = fleet.plan.crawl_dir, fleet.plan.max_pages
     coordinator = fleet.coordinator(
         recover=OutputRecovery(crawl_dir, seeds, set(checkpoint.admitted), depths)
     )
@@ -57,7 +57,8 @@ def drive_crawl(
             progress.active,
         )
 
-    # Linked nodes route URLs themselves: the driver only watches, so it need not poll often.
+    # Nodes route discovered URLs to each other over their peer links (crawler/peerlink.py), the
+    # only routing path: the driver only watches, so it need not poll often.
     try:
         final = coordinator.run(
             poll_s=0.1, on_progress=report, deadline_s=config.limits.time_budget_s

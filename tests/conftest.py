@@ -49,6 +49,32 @@ def prefect_api():
         yield
 
 
+@pytest.fixture
+def two_nodes(tmp_path):
+    """A factory of two in-process nodes writing under tmp_path, not started: node-0 owns
+    `host`, node-1 nothing."""
+    from crawler.config import CrawlConfig
+    from crawler.node import CrawlerNode
+    from runtime.fleet import FleetPlan, LoneNode
+    from runtime.inprocess import InProcessFleet
+
+    def build(config: CrawlConfig, host: str) -> tuple[CrawlerNode, CrawlerNode]:
+        plan = FleetPlan(
+            "c",
+            str(tmp_path),
+            config,
+            [LoneNode("node-0", [host]), LoneNode("node-1", [])],
+            [host],
+            True,
+            None,
+            None,
+        )
+        sender, receiver = InProcessFleet(plan).launched
+        return sender.node, receiver.node
+
+    return build
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):

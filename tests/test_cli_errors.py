@@ -140,6 +140,44 @@ def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, me
     assert err.strip() == f"crawlflow: error: {message}"
 
 
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            "[exchange]\nbatch = true",
+            "invalid config: exchange.batch: Input should be a valid integer",
+        ),
+        (
+            "[fetch]\nread_timeout_s = inf",
+            "invalid config: fetch.read_timeout_s: Input should be a finite number",
+        ),
+        (
+            "[limits]\nmax_pages_per_host = '7'",
+            "invalid config: limits.max_pages_per_host: Input should be a valid integer",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_a_one_line_error(tmp_path, capsys, table, message):
+    # Every section is strict: `true` is not 1, "7" is not 7, inf is no timeout.
+    config = tmp_path / "crawl.toml"
+    config.write_text(table + "\n")
+    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
+    assert code == 2
+    assert err.strip() == f"crawlflow: error: {message}"
+
+
+def test_the_request_checks_the_quality_file_and_since_for_the_command(tmp_path, capsys):
+    # One check each, in the settings and the request model; the command only reports them.
+    missing = tmp_path / "quality.csv"
+    code, err = run(["crawl", "--quality-file", str(missing), "http://example.com/"], capsys)
+    assert code == 2
+    expected = f"invalid config: scheduling.quality_file: no such file: {missing}"
+    assert err.strip() == f"crawlflow: error: {expected}"
+    code, err = run(["crawl", "--since", "x", "--full", "http://example.com/"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "since names a crawl to revisit, but incremental is off (--full)" in err
+
+
 # Every key of the flat layout (crawlflow before the settings tree), rate_control and retry
 # aside (they were tables already).
 FLAT_KEYS = [

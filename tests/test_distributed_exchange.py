@@ -69,14 +69,14 @@ def test_urls_reach_the_owner_with_its_heartbeat_or_one_per_call_unbatched():
     reply = exchange.heartbeat(beat("n1", queued=0, deliver=1))
     assert reply.urls == [url("h2", 0)] and reply.more
     assert exchange.pull("n1", 5).urls == [url("h2", 1), url("h2", 2)]
-    exchange.push("n0", [url("h2", 3)])
+    exchange.push([url("h2", 3)])
     assert exchange.heartbeat(beat("n1", queued=0)).urls == [url("h2", 3)]
 
 
 def test_a_dead_nodes_servers_collect_urls_until_they_are_taken_over():
     exchange = Exchange({"h1": "n0", "h2": "n1"})
     assert exchange.orphan("n1") == ["h2"]
-    exchange.push("n0", [url("h2", 1)])
+    exchange.push([url("h2", 1)])
     assert exchange.heartbeat(beat("n0", queued=0)).urls == []  # nobody owns h2 yet
     assert exchange.snapshot()["inbox_urls"] == 1
     exchange.put_hosts([server_with("h2", 1)])
@@ -94,7 +94,7 @@ def test_a_node_may_only_offer_servers_it_owns():
 
 def test_urls_of_a_server_nobody_was_given_wait_in_the_shared_queue():
     exchange = Exchange({"h1": "n0"})
-    exchange.push("n0", [url("h9", 1)])
+    exchange.push([url("h9", 1)])
     reply = exchange.heartbeat(beat("n0", queued=0))
     assert [(s.host, s.inbox) for s in reply.hosts] == [("h9", [url("h9", 1)])]
 
@@ -196,7 +196,7 @@ def test_the_dedup_cache_answers_repeats_without_a_remote_call_and_delay_is_coun
 def test_forwarded_urls_are_not_dropped_by_the_filter_that_saw_them():
     link, exchange, _ = make_link(batch=100, heartbeat_s=0.05)
     try:
-        assert exchange.push("n0", [url("h2", 1)]) == 1
+        assert exchange.push([url("h2", 1)]) == 1
         assert exchange.heartbeat(beat("n1", queued=0)).urls == [url("h2", 1)]
         # n1 gave h2 away meanwhile: the URL comes back through n0's heartbeat.
         link.forward([url("h2", 1)])

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from crawler.config import ConfigError, CrawlConfig, LimitSettings, config_from_dict
 from crawler.limits import ServerCounts, UrlLimits, counts_of
-from crawler.node import CrawlerNode
 from crawler.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
 from crawler.urls import MAX_URL_LENGTH
-from runtime.fleet import FleetPlan, LoneNode
-from runtime.inprocess import InProcessFleet
 from storage.outcomes import FetchError
 
 strip = ParamStripper(DEFAULT_STRIP_PARAMS)
@@ -215,11 +211,11 @@ def test_counts_rebuilt_from_admitted_urls_are_those_admit_would_have_made():
     assert counts["b.example"].pages == 1
 
 
-def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
+def test_a_server_handed_to_another_node_takes_its_counts_along(two_nodes):
     # Heartbeats of 10 ms: a server adopted may be handed on after 8 of them (no ping-pong).
     config = CrawlConfig(limits={"max_pages_per_host": 5}, exchange={"heartbeat_s": 0.01})
     host = "127.0.0.1:9"  # loopback, nothing listens: the nodes are never started anyway
-    sender, receiver = two_nodes(tmp_path, config, host)
+    sender, receiver = two_nodes(config, host)
     # A resumed crawl: two URLs of the server were admitted by the first run, one is queued.
     admitted = [f"http://{host}/cal/1", f"http://{host}/cal/2"]
     sender.restore([(f"http://{host}/next", 1, 1)], admitted, admitted)
@@ -236,19 +232,3 @@ def test_a_server_handed_to_another_node_takes_its_counts_along(tmp_path):
     assert sender._threads == receiver._threads == []
     sender.close()
     receiver.close()
-
-
-def two_nodes(out: Path, config: CrawlConfig, host: str) -> tuple[CrawlerNode, CrawlerNode]:
-    """Two in-process nodes, not started: node-0 owns `host`, node-1 nothing."""
-    plan = FleetPlan(
-        "c",
-        str(out),
-        config,
-        [LoneNode("node-0", [host]), LoneNode("node-1", [])],
-        [host],
-        True,
-        None,
-        None,
-    )
-    sender, receiver = InProcessFleet(plan).launched
-    return sender.node, receiver.node

@@ -5,17 +5,13 @@ server's state moving between nodes whole."""
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import pytest
 
 from crawler.config import CrawlConfig
 from crawler.fetcher import FetchResult
-from crawler.node import CrawlerNode
 from crawler.node.outcome import outcome_of
 from crawler.urlqueue import UrlTask
-from runtime.fleet import FleetPlan, LoneNode
-from runtime.inprocess import InProcessFleet
 from storage.outcomes import (
     DEADLINE,
     ErrorClass,
@@ -105,12 +101,12 @@ def test_each_row_type_has_exactly_its_datasets_columns():
         assert list(row_type.__annotations__) == DATASETS[name].names, name
 
 
-def test_a_server_moves_between_nodes_whole(tmp_path):
+def test_a_server_moves_between_nodes_whole(two_nodes):
     """Pickled as Ray would: its queue (with each URL's depth inside the server), seen set,
     redirect hops and limit counts arrive; the sender forgets it."""
     host = "127.0.0.1:9"  # loopback, nothing listens: the nodes are never started
     config = CrawlConfig()
-    sender, receiver = two_nodes(tmp_path, config, host)
+    sender, receiver = two_nodes(config, host)
     sender.add_urls([(f"http://{host}/a", 0)])
     source = UrlTask(f"http://{host}/a", 0, host_depth=2)
     found = sender.discovery.discover([f"http://{host}/b"], source, 1, [], redirects=1)
@@ -129,19 +125,3 @@ def test_a_server_moves_between_nodes_whole(tmp_path):
     assert server.limits.pages == 2  # the counts that came along are the ones counted
     tasks = {task.url: task.host_depth for task in server.queue.drain()}
     assert tasks == {f"http://{host}/a": 0, f"http://{host}/b": 3}
-
-
-def two_nodes(out: Path, config: CrawlConfig, host: str) -> tuple[CrawlerNode, CrawlerNode]:
-    """Two in-process nodes, not started: node-0 owns `host`, node-1 nothing."""
-    plan = FleetPlan(
-        "c",
-        str(out),
-        config,
-        [LoneNode("node-0", [host]), LoneNode("node-1", [])],
-        [host],
-        True,
-        None,
-        None,
-    )
-    sender, receiver = InProcessFleet(plan).launched
-    return sender.node, receiver.node

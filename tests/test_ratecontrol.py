@@ -97,7 +97,7 @@ def test_retry_keys_under_rate_control_name_their_new_place(key: str) -> None:
     with pytest.raises(ConfigError) as info:
         config_from_dict({"rate_control": {"mode": "adaptive", key: 1}})
     message = str(info.value)
-    assert f"rate_control: {key} is a [retry] setting now (retry.{key})" in message
+    assert message == f"invalid config: rate_control.{key} moved to [retry]"
     assert "\n" not in message
     assert config_from_dict({"retry": {key: 1}}).retry == RetrySettings.model_validate({key: 1})
 
@@ -129,7 +129,8 @@ def test_a_retry_key_in_the_rate_control_table_is_one_line_on_the_command_line(
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert len(err.strip().splitlines()) == 1, err
-    assert "max_retries is a [retry] setting now (retry.max_retries)" in err
+    expected = "invalid config: rate_control.max_retries moved to [retry]"
+    assert err.strip() == f"crawlflow: error: {expected}"
 
 
 def test_config_accepts_ints_for_floats() -> None:

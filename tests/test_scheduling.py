@@ -6,6 +6,8 @@ import pytest
 
 from crawler.config import ConfigError, config_from_dict
 from crawler.scheduling import (
+    POLICIES,
+    POLICY_CLASSES,
     ConnectionStats,
     StatsPrior,
     make_policy,
@@ -155,9 +157,10 @@ def test_rankings_of_the_four_policies():
     assert not performance.quality_ordered_urls and capability.quality_ordered_urls
 
 
-def test_unknown_policy_is_refused():
-    with pytest.raises(ValueError, match="policy must be one of"):
-        make_policy("random")
+def test_every_policy_has_a_class_and_an_unknown_one_is_refused_by_the_settings():
+    assert tuple(POLICY_CLASSES) == POLICIES
+    with pytest.raises(ConfigError, match=r"scheduling\.policy: Input should be 'bfs', "):
+        config_from_dict({"scheduling": {"policy": "random"}})
 
 
 def test_config_fields():

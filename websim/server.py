@@ -9,6 +9,10 @@ with the request rate on degrading hosts (websim/queueing.py), and robots.txt.
 
 The parent talks to the child over a multiprocessing pipe: ("log", clear) returns the request
 log, ("stop",) shuts down. End of file on the pipe means the parent died, and the child exits.
+
+Over 400 lines because it is one request path: the connection protocol, the per-host state it
+answers from (tokens, latency, keep-alive limit) and the response it writes are read together;
+split, one request's handling would be spread over modules that only each other import.
 """
 
 from __future__ import annotations

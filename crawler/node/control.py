@@ -147,7 +147,7 @@ class CrawlerNode:
             queued=queued,
             active=active,
             budget=budget,
-            outbox=departing + self._link.unsent(),
+            held_for_peers=departing + self._link.unsent(),
             servers=servers,
             failure=failure,
             fetches=fetches,

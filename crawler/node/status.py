@@ -21,9 +21,9 @@ class NodeStatus:
     node_id: str
     queued: int  # URLs in its frontier: queued and waiting for a retry
     active: int  # connections open
-    budget: int  # pages it may still start (crawler.node.control.UNLIMITED without --max-pages)
+    budget: int  # pages it may still start (crawler.node.core.UNLIMITED without --max-pages)
     # Work held for other nodes: servers on their way out, the link's buffers and calls.
-    outbox: int
+    held_for_peers: int
     servers: int  # servers owned
     failure: str | None  # the first bug that killed one of its threads
     fetches: int

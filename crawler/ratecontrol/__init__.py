@@ -24,14 +24,12 @@ simulated clocks and servers.
 from crawler.ratecontrol.adaptive import AdaptiveRateController
 from crawler.ratecontrol.band import RTTBand
 from crawler.ratecontrol.fixed import FixedDelayController
-from crawler.ratecontrol.inflight import InFlightLimit, make_in_flight_limit
-from crawler.ratecontrol.outcome import Outcome, classify
-from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.inflight import make_in_flight_limit
 from crawler.ratecontrol.pid import PIDDelayController
 from crawler.ratecontrol.protocol import TRACE_FIELDS, HostRateController
 from crawler.ratecontrol.queueing import QueueingDelay
 from crawler.ratecontrol.registry import CONTROLLERS, make_host_controller
-from crawler.ratecontrol.rtt import ConcurrencyCap, RTTConcurrencyController
+from crawler.ratecontrol.rtt import RTTConcurrencyController
 from crawler.ratecontrol.settings import MODES, Mode, RateControlSettings
 
 __all__ = [
@@ -39,19 +37,14 @@ __all__ = [
     "MODES",
     "TRACE_FIELDS",
     "AdaptiveRateController",
-    "ConcurrencyCap",
     "FixedDelayController",
     "HostRateController",
-    "InFlightLimit",
     "Mode",
-    "Outcome",
     "PIDDelayController",
-    "PacedController",
     "QueueingDelay",
     "RTTBand",
     "RTTConcurrencyController",
     "RateControlSettings",
-    "classify",
     "make_host_controller",
     "make_in_flight_limit",
 ]

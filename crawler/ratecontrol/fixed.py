@@ -13,12 +13,11 @@ class FixedDelayController(PacedController):
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
+        # RateControlSettings guarantees one of the two in mode "fixed".
         if settings.fixed_delay_s is not None:
             self._delay = settings.fixed_delay_s
-        elif settings.target_ppm is not None:
-            self._delay = 60.0 / settings.target_ppm
         else:
-            raise ValueError("rate_control: mode 'fixed' needs fixed_delay_s or target_ppm")
+            self._delay = 60.0 / settings.target_ppm
 
     @property
     def delay_s(self) -> float:

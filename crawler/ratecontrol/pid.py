@@ -58,9 +58,7 @@ class PIDDelayController(PacedController):
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
-        if settings.target_ppm is None:
-            raise ValueError("rate_control: mode 'pid' needs target_ppm")
-        self.target = settings.target_ppm
+        self.target = settings.target_ppm  # RateControlSettings requires it in mode "pid"
         scale = settings.window_s / 60.0
         reference = settings.pid_reference_ppm
         gain = 1.0 if reference is None else (reference / self.target) ** 2

@@ -1,34 +1,30 @@
 """The `[rate_control]` settings: which law paces each server, and the knobs of every law.
 
-Strict types (a string is not a number, `true` is not an integer) and unknown keys are errors,
-so a typo never falls back to a default. The retry budget and host pauses are the `[retry]`
-section (`crawler.politeness.RetrySettings`); naming one of their keys here is an error that
-says so.
+Checked as every section is (`crawler.section.Section`: strict types, unknown keys are errors).
+The retry budget and host pauses are the `[retry]` section (`crawler.politeness.RetrySettings`);
+a config file naming one of their keys here gets an error that says so (crawler/config.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from crawler.section import Section
 
 Mode = Literal["adaptive", "pid", "rtt", "fixed"]
 MODES: tuple[str, ...] = get_args(Mode)
 
-# Keys that were rate-control keys before the retry settings became their own section.
-MOVED_TO_RETRY = ("max_retries", "retry_after_max_s", "backoff_base_s", "backoff_cap_s")
 
-
-class RateControlSettings(BaseModel):
+class RateControlSettings(Section):
     """Every rate-control setting, with the defaults used when a key is absent.
 
     Gains of the PID follow SPEC section 1's sign convention (negative: too fast means a
     longer delay) and are stated per 60-second window; see `crawler.ratecontrol.pid`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    mode: Mode = Field("adaptive", description="the control law: adaptive, pid, rtt, fixed")
+    mode: Mode = Field("adaptive", description=f"the control law: {', '.join(MODES)}")
     target_ppm: float | None = Field(
         None, gt=0, description="pages/min per server; required by pid"
     )
@@ -105,17 +101,6 @@ class RateControlSettings(BaseModel):
     # of them.
     unproven_delay_factor: float = Field(2.0, gt=0)
     base_samples: int = Field(32, ge=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_retry_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            moved = [key for key in MOVED_TO_RETRY if key in data]
-            if moved:
-                raise ValueError(
-                    f"{moved[0]} is a [retry] setting now (retry.{moved[0]}), not rate_control"
-                )
-        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> RateControlSettings:

@@ -17,27 +17,8 @@ encodings), `traps` (redirects, link traps, the documentation site and the hosti
 servers).
 """
 
-from websim.hostile.exchange import GOOD_PAGES, HTML, Exchange, Handler, HostState, Request, page
-from websim.hostile.scenarios import SCENARIOS, Scenario, check_scenarios
-from websim.hostile.serving import addresses, serve_connection, start
-from websim.hostile.traps import ARCHIVE, DOC_PAGES, DOC_SECTIONS, SITE_PAGES
+from websim.hostile.scenarios import SCENARIOS, check_scenarios
+from websim.hostile.serving import addresses, start
+from websim.hostile.traps import ARCHIVE, DOC_PAGES
 
-__all__ = [
-    "ARCHIVE",
-    "DOC_PAGES",
-    "DOC_SECTIONS",
-    "GOOD_PAGES",
-    "HTML",
-    "SCENARIOS",
-    "SITE_PAGES",
-    "Exchange",
-    "Handler",
-    "HostState",
-    "Request",
-    "Scenario",
-    "addresses",
-    "check_scenarios",
-    "page",
-    "serve_connection",
-    "start",
-]
+__all__ = ["ARCHIVE", "DOC_PAGES", "SCENARIOS", "addresses", "check_scenarios", "start"]
