@@ -9,6 +9,10 @@ An instance has node types and tasks. A plan is a list of nodes, each of one typ
 
 An instance is valid only if ``surcharge > reserved + usage`` for every type: extra capacity bought
 during the crawl must cost more than capacity planned for, otherwise reserving would be pointless.
+
+The module holds the model's types, its cost rules, the feasibility checker every solver's plan
+passes, and the JSON reading with its checks: one vocabulary of the solvers, kept together
+although it runs past 400 lines.
 """
 
 from __future__ import annotations

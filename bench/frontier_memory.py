@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawler.config import CrawlConfig
+from crawler.config import CrawlConfig, SchedulingSettings
 from crawler.frontier import Frontier
 from crawler.quality import PageRankQuality
 from crawler.server import ServerState
@@ -94,12 +94,12 @@ def scale(target_urls: int, seed: int = 1) -> dict[str, Any]:
     before = rss_bytes()
     rng = random.Random(seed)
     web = SyntheticWeb(rng)
-    frontier = Frontier("capability")
+    frontier = Frontier(SchedulingSettings(policy="capability", requests_per_connection=50))
     quality = PageRankQuality()
     seen: set[str] = set()
     servers = [f"www.server{s:05d}.example.com" for s in range(SERVERS)]
     for host in servers:
-        frontier.add_server(ServerState(host, _Always(), requests_per_connection=50))
+        frontier.add_server(ServerState(host, _Always()))
     opened = [0] * SERVERS  # requests on each server's current connection
     cpu = 0.0
     pages = 0

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crawler.config import ExchangeSettings
 from crawler.dedup import split_by_shard
 from crawler.server import Item, ServerState
 from crawler.urls import host_key
@@ -79,15 +80,16 @@ class Exchange:
         self,
         owner: dict[str, str],
         shards: Sequence[FilterHandle] = (),
-        balance: bool = True,
-        tolerance: float = 0.25,
+        settings: ExchangeSettings | None = None,
     ):
+        """`settings`: the `[exchange]` section (its balancing); its defaults if None."""
+        settings = settings or ExchangeSettings()
         self.owner: dict[str, str | None] = dict(owner)  # server -> node; None: between nodes
         self.shards = list(shards)
         self.checked = 0  # URLs checked with the filter, and how many of them were new
         self.new = 0
-        self.balance = balance
-        self.tolerance = tolerance
+        self.balance = settings.balance
+        self.tolerance = settings.balance_tolerance
         self.levels: dict[str, _Level] = {node: _Level() for node in set(owner.values())}
         self.inbox: dict[str, list[Item]] = {}  # server -> URLs waiting for its owner
         self.pool: dict[str, ServerState] = {}  # the shared queue of servers, oldest first

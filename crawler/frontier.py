@@ -23,13 +23,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from crawler.scheduling import (
-    DEFAULT_ESTIMATE_WEIGHT,
-    DEFAULT_KEEPALIVE_SPEEDUP,
-    ConnectionStats,
-    StatsPrior,
-    make_policy,
-)
+from crawler.config import SchedulingSettings
+from crawler.scheduling import ConnectionStats, StatsPrior, make_policy
 from crawler.server import NOT_PLACED, READY, WAITING, ServerState, Tally
 from crawler.urlqueue import FairUrls, UrlTask
 
@@ -42,17 +37,11 @@ class Frontier:
     and controller); the frontier ranks it again on `release`.
     """
 
-    def __init__(
-        self,
-        policy: str = "capability",
-        keepalive_speedup: float = DEFAULT_KEEPALIVE_SPEEDUP,
-        estimate_weight: float = DEFAULT_ESTIMATE_WEIGHT,
-    ) -> None:
-        self.policy = make_policy(policy)
+    def __init__(self, settings: SchedulingSettings) -> None:
+        self.policy = make_policy(settings.policy)
         self.prior = StatsPrior()
         self.servers: dict[str, ServerState] = {}
-        self._keepalive_speedup = keepalive_speedup
-        self._estimate_weight = estimate_weight
+        self._settings = settings
         self._tally = Tally()
         self._ready: list[tuple[float, int, int, str]] = []  # (-score, turn, version, host)
         self._waiting: list[tuple[float, int, str]] = []  # (ready_at, version, host)
@@ -64,11 +53,12 @@ class Frontier:
         connection timings (measured afresh), in the queue order of the policy."""
         server.busy = False
         server.placed = NOT_PLACED
+        settings = self._settings
         server.stats = ConnectionStats(
             self.prior,
-            server.requests_per_connection,
-            self._keepalive_speedup,
-            self._estimate_weight,
+            settings.requests_per_connection,
+            settings.keepalive_speedup,
+            settings.estimate_weight,
         )
         tasks = server.queue.drain()
         server.queue = FairUrls(self.policy.quality_ordered_urls, self.policy.head_size(server))

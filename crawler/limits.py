@@ -19,7 +19,6 @@ before a URL's first fetch, and a refusal is recorded as a fetches row like any 
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -69,19 +68,18 @@ def counts_of(urls: Iterable[str]) -> dict[str, ServerCounts]:
 
 
 class UrlLimits:
-    """A node's admission rules for first fetches. Counts are per server, and exact because a
-    server belongs to one node at a time: they go with it when it moves (`take`, `restore`),
-    and a resumed crawl rebuilds them from its output (`counts_of`)."""
+    """A node's admission rules for first fetches. The counts they keep are a server's own
+    (`ServerState.limits`, passed in by the caller): exact, because a server belongs to one node
+    at a time and is served by one worker at a time, they go with it when it moves, and a
+    resumed crawl rebuilds them from its output (`counts_of`)."""
 
     def __init__(self, settings: LimitSettings) -> None:
         self._settings = settings
-        self._servers: dict[str, ServerCounts] = {}
-        self._lock = threading.Lock()
 
-    def admit(self, url: str, host_depth: int = 0) -> FetchError | None:
-        """None if the URL may be fetched (it is then counted), else why not (`url_too_long`,
-        `trap`, `host_budget`). `host_depth`: links from where the crawl
-        entered the URL's server."""
+    def admit(self, counts: ServerCounts, url: str, host_depth: int = 0) -> FetchError | None:
+        """None if the URL may be fetched (it is then counted in its server's `counts`), else
+        why not (`url_too_long`, `trap`, `host_budget`). `host_depth`: links from where the
+        crawl entered the URL's server."""
         settings = self._settings
         if len(url) > settings.max_url_length:
             return FetchError(
@@ -101,97 +99,66 @@ class UrlLimits:
                 ErrorClass.TRAP,
                 f"{host_depth} links into the server, the limit is {settings.max_depth_per_host}",
             )
-        host = parts.netloc
+        if counts.pages >= settings.max_pages_per_host:
+            return FetchError(
+                ErrorClass.HOST_BUDGET,
+                f"{settings.max_pages_per_host} URLs fetched from {parts.netloc}",
+            )
         pattern = path_pattern(parts.path, parts.query)
-        with self._lock:
-            counts = self._servers.setdefault(host, ServerCounts())
-            if counts.pages >= settings.max_pages_per_host:
-                return FetchError(
-                    ErrorClass.HOST_BUDGET,
-                    f"{settings.max_pages_per_host} URLs fetched from {host}",
-                )
-            budget = settings.trap_max_urls_per_pattern + counts.credits[pattern]
-            if counts.patterns[pattern] >= budget:
-                return FetchError(
-                    ErrorClass.TRAP,
-                    f"{budget} URLs like {pattern[:100]} fetched already, their pages "
-                    f"of {len(counts.shapes.get(pattern, ()))} shapes",
-                )
-            counts.pages += 1
-            counts.patterns[pattern] += 1
+        budget = settings.trap_max_urls_per_pattern + counts.credits[pattern]
+        if counts.patterns[pattern] >= budget:
+            return FetchError(
+                ErrorClass.TRAP,
+                f"{budget} URLs like {pattern[:100]} fetched already, their pages "
+                f"of {len(counts.shapes.get(pattern, ()))} shapes",
+            )
+        counts.pages += 1
+        counts.patterns[pattern] += 1
         return None
 
-    def wants_shape(self, url: str) -> bool:
+    def wants_shape(self, counts: ServerCounts, url: str) -> bool:
         """Whether the content shape of `url`'s page counts: once its pattern has used half
         its base budget (a pattern that never gets there needs no credit, and most patterns
         of a site with named pages hold one URL), so most pages are not hashed at all."""
-        parts = urlsplit(url)
-        with self._lock:
-            counts = self._servers.get(parts.netloc)
-            return (
-                counts is not None
-                and 2 * counts.patterns[path_pattern(parts.path, parts.query)]
-                >= self._settings.trap_max_urls_per_pattern
-            )
+        return 2 * counts.patterns[_pattern_of(url)] >= self._settings.trap_max_urls_per_pattern
 
-    def observe(self, url: str, shape: int) -> None:
+    def observe(self, counts: ServerCounts, url: str, shape: int) -> None:
         """A page of `url` was fetched with this content shape: a shape new to its pattern
         (past the first) earns the pattern one more URL."""
-        parts = urlsplit(url)
-        pattern = path_pattern(parts.path, parts.query)
-        with self._lock:
-            counts = self._servers.setdefault(parts.netloc, ServerCounts())
-            shapes = counts.shapes.setdefault(pattern, set())
-            if shape not in shapes:
-                if shapes:
-                    counts.credits[pattern] += 1
-                shapes.add(shape)
+        pattern = _pattern_of(url)
+        shapes = counts.shapes.setdefault(pattern, set())
+        if shape not in shapes:
+            if shapes:
+                counts.credits[pattern] += 1
+            shapes.add(shape)
 
-    def credit(self, url: str) -> None:
+    def credit(self, counts: ServerCounts, url: str) -> None:
         """A revisited page answered 304 (unchanged since an earlier crawl fetched it): it
         earns its pattern one URL, as a page of new content does; it has no body to shape."""
-        parts = urlsplit(url)
-        with self._lock:
-            counts = self._servers.setdefault(parts.netloc, ServerCounts())
-            counts.credits[path_pattern(parts.path, parts.query)] += 1
+        counts.credits[_pattern_of(url)] += 1
 
-    def outcome(self, url: str, failed: bool) -> bool:
+    def outcome(self, counts: ServerCounts, url: str, failed: bool) -> bool:
         """A fetch of `url` ended (finally: no retry to come), failed or not. True when this
         failure closes its URL family: the node then skips the family's queued URLs."""
-        host = url.split("/", 3)[2]
         family = url_family(url)
-        with self._lock:
-            counts = self._servers.setdefault(host, ServerCounts())
-            if not failed:
-                counts.failures.pop(family, None)
-                return False
-            counts.failures[family] += 1
-            if (
-                counts.failures[family] >= self._settings.family_error_budget
-                and family not in counts.closed
-            ):
-                counts.closed.add(family)
-                return True
+        if not failed:
+            counts.failures.pop(family, None)
             return False
+        counts.failures[family] += 1
+        if (
+            counts.failures[family] >= self._settings.family_error_budget
+            and family not in counts.closed
+        ):
+            counts.closed.add(family)
+            return True
+        return False
 
-    def closed(self, url: str) -> bool:
+    @staticmethod
+    def closed(counts: ServerCounts, url: str) -> bool:
         """Whether `url`'s family has failed too often to be fetched any more."""
-        with self._lock:
-            counts = self._servers.get(url.split("/", 3)[2])
-            return counts is not None and bool(counts.closed) and url_family(url) in counts.closed
+        return bool(counts.closed) and url_family(url) in counts.closed
 
-    def attach(self, host: str, counts: ServerCounts) -> None:
-        """Count a server this node now owns in `counts`, the ones that travel with it."""
-        with self._lock:
-            counts.add(self._servers.pop(host, ServerCounts()))
-            self._servers[host] = counts
 
-    def take(self, host: str) -> ServerCounts:
-        """A server's counts, which leave with it."""
-        with self._lock:
-            return self._servers.pop(host, None) or ServerCounts()
-
-    def restore(self, host: str, counts: ServerCounts) -> None:
-        """Counts that a resumed crawl rebuilt."""
-        with self._lock:
-            self._servers.setdefault(host, ServerCounts()).add(counts)
+def _pattern_of(url: str) -> str:
+    parts = urlsplit(url)
+    return path_pattern(parts.path, parts.query)

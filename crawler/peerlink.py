@@ -18,10 +18,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from crawler.config import CrawlConfig
+from crawler.config import ExchangeSettings
 from crawler.dedup import SeenCache
 from crawler.exchange import MAX_PULLS_PER_BEAT, Beat, Reply
 from crawler.server import Item, ServerState
@@ -58,35 +57,18 @@ class LinkedNode(Protocol):
     def export_hosts(self, want_urls: int, max_urls: int) -> list[ServerState]: ...
 
 
-@dataclass(frozen=True)
-class LinkSettings:
-    batch: int = 200  # items per remote call; 1 = unbatched, synchronous
-    heartbeat_s: float = 0.5
-    throughput_window: int = 8  # heartbeats in the throughput moving window
-    cache_size: int = 100_000  # LRU entries of the dedup cache; 0 = no cache
-    balance: bool = True
-    delay_s: float = 0.0  # injected before every remote call (benchmarks: a distant store)
-
-
-def link_settings(config: CrawlConfig) -> LinkSettings:
-    return LinkSettings(
-        batch=config.exchange.batch,
-        heartbeat_s=config.exchange.heartbeat_s,
-        throughput_window=config.exchange.throughput_window,
-        cache_size=config.dedup.cache_size,
-        balance=config.exchange.balance,
-        delay_s=config.exchange.shared_state_delay_s,
-    )
-
-
 class PeerLink:
     """A node's connection to the shared state: dedup cache, send buffers, heartbeats,
     balancing. Its counters are the node's distribution metrics."""
 
-    def __init__(self, settings: LinkSettings, exchange: ExchangeHandle) -> None:
+    def __init__(
+        self, settings: ExchangeSettings, cache_size: int, exchange: ExchangeHandle
+    ) -> None:
+        """`settings`: the `[exchange]` section; `cache_size`: `[dedup] cache_size`, the LRU
+        entries of the node's dedup cache (0: none)."""
         self.settings = settings
         self._exchange = exchange
-        self._cache = SeenCache(settings.cache_size)
+        self._cache = SeenCache(cache_size)
         self._node: LinkedNode | None = None
         self._lock = threading.Condition()
         self._buffer: list[Item] = []  # foreign URLs found, not yet sent
@@ -184,8 +166,8 @@ class PeerLink:
     def _remote(self, fn: Callable[..., T], *args: Any) -> T:
         """Every call to shared state goes through here: counted, and delayed when asked."""
         started = time.monotonic()
-        if self.settings.delay_s:
-            time.sleep(self.settings.delay_s)
+        if self.settings.shared_state_delay_s:
+            time.sleep(self.settings.shared_state_delay_s)
         result = fn(*args)
         with self._lock:
             self.counters["remote_calls"] += 1

@@ -115,13 +115,12 @@ class RetryPolicy:
     `attempt` counts tries of one URL (1 = the first fetch). A retryable result of attempt k is
     retried while k <= max_retries, so a URL gets at most 1 + max_retries fetches; after that
     the caller records it as failed. The wait is the server's Retry-After when it sent one
-    (already clamped by `parse_retry_after`, clamped again here for direct callers), else
+    (clamped to `retry_after_max_s` where the header is read, `parse_retry_after`), else
     backoff with full jitter.
     """
 
     def __init__(self, settings: RetrySettings, rng: random.Random | None = None) -> None:
         self.max_retries = settings.max_retries
-        self.retry_after_max_s = settings.retry_after_max_s
         # The default RNG is seeded so two runs with the same inputs retry at the same times.
         self._backoff = Backoff(
             settings.backoff_base_s, settings.backoff_cap_s, rng or random.Random(0)
@@ -137,7 +136,7 @@ class RetryPolicy:
         if not is_retryable(status, error) or attempt > self.max_retries:
             return RetryDecision(retry=False)
         if retry_after_s is not None:
-            return RetryDecision(retry=True, delay_s=min(retry_after_s, self.retry_after_max_s))
+            return RetryDecision(retry=True, delay_s=retry_after_s)
         return RetryDecision(retry=True, delay_s=self._backoff.delay(attempt))
 
     def retry_delay(

@@ -27,6 +27,7 @@ import duckdb
 from crawler.limits import counts_of
 from crawler.server import Item, ServerState
 from crawler.urlqueue import UrlTask
+from crawler.urls import server_of
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, is_final
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc
@@ -109,14 +110,14 @@ class OutputRecovery:
         for host, counts in counts_of(admitted).items():
             states[host].limits = counts
         for seed in self.seeds:
-            if seed.split("/", 3)[2] in states:
+            if server_of(seed) in states:
                 pending.setdefault(seed, self.depths.get(seed, 0))
         for url in done:
-            states[url.split("/", 3)[2]].seen.add(url)
+            states[server_of(url)].seen.add(url)
         for url, depth in pending.items():
             if url in done:
                 continue
-            state = states[url.split("/", 3)[2]]
+            state = states[server_of(url)]
             state.scheme = url.split(":", 1)[0]
             attempt = attempts.get(url, 0) + 1
             if attempt == 1:

@@ -66,6 +66,7 @@ from pathlib import Path
 
 import duckdb
 
+from crawler.urls import server_of
 from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0
@@ -281,7 +282,7 @@ def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisi
     by_host: dict[str, list[str]] = defaultdict(list)
     for url, visits in history.items():
         if visits.observations:
-            by_host[url.split("/", 3)[2]].append(url)
+            by_host[server_of(url)].append(url)
     trusted = {
         host
         for host, urls in by_host.items()
@@ -311,7 +312,7 @@ def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisi
 
     per_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for url, visits in history.items():
-        tally = per_host[url.split("/", 3)[2]]
+        tally = per_host[server_of(url)]
         tally[0] += visits.intervals
         tally[1] += visits.changes
     overall = [sum(t[0] for t in per_host.values()), sum(t[1] for t in per_host.values())]
@@ -322,7 +323,7 @@ def plan_revisits(history: dict[str, Visits], crawls: int, since: str) -> Revisi
         else:
             rate = rates.get(url)
             if rate is None:
-                intervals, changed = per_host[url.split("/", 3)[2]]
+                intervals, changed = per_host[server_of(url)]
                 if not intervals:
                     intervals, changed = overall
                 share = changed / intervals if intervals else unseen_share

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from crawler.limits import ServerCounts
 from crawler.politeness import RobotsRules
 from crawler.ratecontrol import HostRateController
-from crawler.scheduling import ConnectionStats, StatsPrior
+from crawler.scheduling import ConnectionStats
 from crawler.urlqueue import FairUrls, UrlQueue, UrlTask
 
 Item = tuple[str, int]  # canonical URL, depth
@@ -47,7 +47,6 @@ class ServerState:
     # from the output (crawler.recovery): the node that takes the server makes one. Its times
     # are the owner's monotonic clock (see `depart`).
     controller: HostRateController | None = None
-    requests_per_connection: int = 1  # for a new server; what it allows is learned in `stats`
     scheme: str = "http"  # taken from the first URL queued for it
     queue: UrlQueue = field(default_factory=lambda: FairUrls(quality_ordered=False))
     # URLs waiting for a retry, by the time they may go again: (not_before, order, task).
@@ -65,10 +64,10 @@ class ServerState:
     inbox: list[Item] = field(default_factory=list)
     wait_s: float = 0.0
     # The owner's connection to it: P(s,i) of the connection open now, and what the owner has
-    # learned of its connections (replaced on arrival, see `Frontier.add_server`).
+    # learned of its connections (set by each owner on arrival, see `Frontier.add_server`).
     busy: bool = False
     batch: int = 0
-    stats: ConnectionStats = field(init=False)
+    stats: ConnectionStats = field(init=False, repr=False)
     # Scheduling bookkeeping, owned by the Frontier.
     tally: Tally = field(default_factory=Tally, repr=False)
     version: int = 0  # of the server's one live heap entry; older entries are stale
@@ -76,9 +75,6 @@ class ServerState:
     turn: int = 0  # when it got in line: breadth-first order, and the tie-break of the others
     score: float = 0.0  # in the ready heap
     wait_until: float = 0.0  # in the waiting heap
-
-    def __post_init__(self) -> None:
-        self.stats = ConnectionStats(StatsPrior(), self.requests_per_connection)
 
     @property
     def urls(self) -> int:

@@ -51,6 +51,12 @@ def host_key(url: str) -> str:
     return urlsplit(url).netloc
 
 
+def server_of(url: str) -> str:
+    """`host_key` of a canonical URL, without parsing it (the hot paths: every link found)."""
+    # A canonical URL reads scheme://server/...: the server is the third "/" field.
+    return url.split("/", 3)[2]
+
+
 class Scope:
     """The servers a crawl may fetch from: the seeds' servers plus those the user allowed."""
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from crawler.config import CrawlConfig
 from crawler.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
-from crawler.node import NodeStatus
+from crawler.node import NodeSettings, NodeStatus
 from crawler.recrawl import Revisits
 
 
@@ -72,10 +72,25 @@ class FleetPlan:
         return config.dedup.expected_urls or len(self.scope_hosts) * expected_per_host
 
     @property
-    def page_budget(self) -> int | None:
-        """A node's page budget at its start: none without --max-pages (unlimited), else
-        what the coordinator grants it."""
-        return None if self.max_pages is None else 0
+    def shard_capacity(self) -> int:
+        """URLs each Bloom filter shard is sized for."""
+        return -(-self.expected_urls // self.config.dedup.shards)
+
+    def node(self, node_id: str, hosts: list[str]) -> NodeSettings:
+        """A node owning `hosts` at the start. Its page budget: none without --max-pages
+        (unlimited), else what the coordinator grants it."""
+        return NodeSettings(
+            node_id=node_id,
+            crawl_id=self.crawl_id,
+            out_dir=self.out_dir,
+            config=self.config,
+            hosts=hosts,
+            scope_hosts=self.scope_hosts,
+            allow_private=self.allow_private,
+            max_depth=self.max_depth,
+            page_budget=None if self.max_pages is None else 0,
+            revisits=self.revisits,
+        )
 
 
 def single_node(
@@ -111,10 +126,6 @@ class Fleet(ABC):
         self.nodes: list[NodeHandle] = []  # the planned ones
 
     @property
-    def owner(self) -> dict[str, str]:
-        return self.plan.owner
-
-    @property
     @abstractmethod
     def exchange(self) -> ExchangeView: ...
 
@@ -141,10 +152,9 @@ class Fleet(ABC):
             )
         return Coordinator(
             list(self.nodes),
-            self.owner,
+            self.plan.owner,
             self.plan.max_pages,
             self.exchange,
             recover=recover,
             surcharge=surcharge,
         )
-

@@ -11,7 +11,7 @@ from crawler.coordinator import NodeLost
 from crawler.dedup import BloomShard
 from crawler.exchange import Exchange
 from crawler.node import CrawlerNode, NodeStatus
-from crawler.peerlink import PeerLink, link_settings
+from crawler.peerlink import PeerLink
 from runtime.fleet import Fleet, FleetPlan
 
 
@@ -64,12 +64,10 @@ class InProcessFleet(Fleet):
         super().__init__(plan)
         config = plan.config
         self.shards = [
-            BloomShard(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
+            BloomShard(plan.shard_capacity, config.dedup.fp_rate)
             for _ in range(config.dedup.shards)
         ]
-        self.shared_exchange = Exchange(
-            plan.owner, self.shards, config.exchange.balance, config.exchange.balance_tolerance
-        )
+        self.shared_exchange = Exchange(plan.owner, self.shards, config.exchange)
         self._exchange = Serialized(self.shared_exchange)
         self.launched: list[LocalNode] = []  # the planned nodes and every node added since
         self.nodes = [self._launch(node.node_id, node.hosts) for node in plan.nodes]
@@ -79,22 +77,9 @@ class InProcessFleet(Fleet):
         return self._exchange
 
     def _launch(self, node_id: str, hosts: list[str]) -> LocalNode:
-        plan = self.plan
-        node = LocalNode(
-            CrawlerNode(
-                node_id,
-                plan.crawl_id,
-                plan.out_dir,
-                plan.config,
-                hosts,
-                plan.scope_hosts,
-                plan.allow_private,
-                plan.max_depth,
-                PeerLink(link_settings(plan.config), self._exchange),
-                page_budget=plan.page_budget,
-                revisits=plan.revisits,
-            )
-        )
+        config = self.plan.config
+        link = PeerLink(config.exchange, config.dedup.cache_size, self._exchange)
+        node = LocalNode(CrawlerNode(self.plan.node(node_id, hosts), link))
         self.launched.append(node)
         return node
 

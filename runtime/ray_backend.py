@@ -21,8 +21,8 @@ from ray.exceptions import RayActorError  # noqa: E402
 from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
 from crawler.exchange import Beat, Exchange, Reply  # noqa: E402
-from crawler.node import CrawlerNode, NodeStatus  # noqa: E402
-from crawler.peerlink import PeerLink, link_settings  # noqa: E402
+from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
+from crawler.peerlink import PeerLink  # noqa: E402
 from crawler.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
 
@@ -83,9 +83,10 @@ class LinkedCrawlerNode(CrawlerNode):
     """The node actor. Its link to the shared state is built here, in the actor's process:
     a link holds a thread and locks, which do not travel."""
 
-    def __init__(self, exchange: Any, **kwargs: Any) -> None:
-        link = PeerLink(link_settings(kwargs["config"]), RayExchange(exchange))
-        super().__init__(**kwargs, link=link)
+    def __init__(self, exchange: Any, settings: NodeSettings) -> None:
+        config = settings.config
+        link = PeerLink(config.exchange, config.dedup.cache_size, RayExchange(exchange))
+        super().__init__(settings, link)
 
 
 class RayNode:
@@ -140,7 +141,7 @@ class RayFleet(Fleet):
         self.shards = [
             ray.remote(BloomShard)
             .options(num_cpus=0)
-            .remote(-(-plan.expected_urls // config.dedup.shards), config.dedup.fp_rate)
+            .remote(plan.shard_capacity, config.dedup.fp_rate)
             for _ in range(config.dedup.shards)
         ]
         self.exchange_actor = (
@@ -149,8 +150,7 @@ class RayFleet(Fleet):
             .remote(
                 plan.owner,
                 shards=[RayFilterShard(shard) for shard in self.shards],
-                balance=config.exchange.balance,
-                tolerance=config.exchange.balance_tolerance,
+                settings=config.exchange,
             )
         )
         self._exchange = RayExchange(self.exchange_actor)
@@ -190,19 +190,7 @@ class RayFleet(Fleet):
                 max_concurrency=4,
                 name=f"{plan.crawl_id}-{node_id}",
             )
-            .remote(
-                exchange=self.exchange_actor,
-                node_id=node_id,
-                crawl_id=plan.crawl_id,
-                out_dir=plan.out_dir,
-                config=plan.config,
-                hosts=hosts,
-                scope_hosts=plan.scope_hosts,
-                allow_private=plan.allow_private,
-                max_depth=plan.max_depth,
-                page_budget=plan.page_budget,
-                revisits=plan.revisits,
-            )
+            .remote(self.exchange_actor, plan.node(node_id, hosts))
         )
         node = RayNode(node_id, actor)
         self.launched.append(node)

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from crawler.config import DedupSettings, ExchangeSettings
 from crawler.dedup import BloomShard
 from crawler.exchange import Beat, Exchange
 from crawler.node import NodeStatus
-from crawler.peerlink import LinkSettings, PeerLink
+from crawler.peerlink import PeerLink
 from crawler.server import ServerState
 from crawler.urlqueue import UrlTask
 
@@ -54,10 +55,10 @@ def test_fair_share_follows_throughput():
 
 
 def test_no_offer_within_the_tolerance_and_none_when_balancing_is_off():
-    exchange = Exchange({"h1": "n0", "h2": "n1"}, tolerance=0.25)
+    exchange = Exchange({"h1": "n0", "h2": "n1"}, settings=ExchangeSettings(balance_tolerance=0.25))
     exchange.heartbeat(beat("n1", queued=90))
     assert exchange.heartbeat(beat("n0", queued=110)).offer_urls == 0
-    off = Exchange({"h1": "n0", "h2": "n1"}, balance=False)
+    off = Exchange({"h1": "n0", "h2": "n1"}, settings=ExchangeSettings(balance=False))
     off.heartbeat(beat("n1", queued=0))
     assert off.heartbeat(beat("n0", queued=1000)).offer_urls == 0
 
@@ -120,10 +121,12 @@ class FakeNode:
         return []
 
 
-def new_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
+def new_link(
+    cache_size: int = DedupSettings().cache_size, **settings: Any
+) -> tuple[PeerLink, Exchange, FakeNode]:
     """A link not started yet, to node n0."""
     exchange = Exchange({"h1": "n0", "h2": "n1"}, shards=[BloomShard(10_000, 1e-6)])
-    return PeerLink(LinkSettings(**settings), exchange), exchange, FakeNode()
+    return PeerLink(ExchangeSettings(**settings), cache_size, exchange), exchange, FakeNode()
 
 
 def make_link(**settings: Any) -> tuple[PeerLink, Exchange, FakeNode]:
@@ -175,7 +178,9 @@ def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
 
 
 def test_the_dedup_cache_answers_repeats_without_a_remote_call_and_delay_is_counted():
-    link, exchange, node = make_link(batch=1, cache_size=100, heartbeat_s=60, delay_s=0.01)
+    link, exchange, node = make_link(
+        batch=1, cache_size=100, heartbeat_s=60, shared_state_delay_s=0.01
+    )
     try:
         wait_for_the_first_heartbeat(link)
         assert link.admit("http://h2/p1")

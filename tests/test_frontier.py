@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from crawler.config import SchedulingSettings
 from crawler.frontier import Frontier
 from crawler.server import ServerState
 from crawler.urlqueue import FairUrls, QualityUrls, UrlTask
@@ -23,9 +24,9 @@ class Clock:
 
 
 def frontier_with(policy: str, hosts: list[str], rpc: int = 50) -> Frontier:
-    frontier = Frontier(policy)
+    frontier = Frontier(SchedulingSettings(policy=policy, requests_per_connection=rpc))
     for host in hosts:
-        frontier.add_server(ServerState(host, Clock(), requests_per_connection=rpc))
+        frontier.add_server(ServerState(host, Clock()))
     return frontier
 
 
@@ -252,12 +253,12 @@ def test_put_back_comes_first_among_equals():
 def simulate(policy: str, seconds: float, connections: int = 4) -> tuple[int, float]:
     """Discrete-event crawl of 12 servers (response times 5 ms to 1 s, a high-quality URL
     last in line on every third one); returns (pages, quality) fetched within `seconds`."""
-    frontier = Frontier(policy)
+    frontier = Frontier(SchedulingSettings(policy=policy, requests_per_connection=5))
     rng = random.Random(5)
     times = {}
     for i in range(12):
         host = f"s{i}"
-        frontier.add_server(ServerState(host, Clock(), requests_per_connection=5))
+        frontier.add_server(ServerState(host, Clock()))
         times[host] = 0.005 * (200 ** (i / 11))
         qualities = [rng.random() * 0.1 for _ in range(40)] + [10.0 * (i % 3 == 0)]
         for j, q in enumerate(qualities):
@@ -293,8 +294,8 @@ def test_simulated_crawl_shows_the_policies_apart():
 def test_no_url_family_starves_the_others_under_any_policy(policy):
     """A trap's 1,000 URLs, of better quality and queued first, do not hold back the pages
     the front page links to: families take turns, each in the policy's own order."""
-    frontier = Frontier(policy)
-    frontier.add_server(ServerState("a", Clock(), requests_per_connection=50))
+    frontier = Frontier(SchedulingSettings(policy=policy, requests_per_connection=50))
+    frontier.add_server(ServerState("a", Clock()))
     for day in range(1000):
         frontier.push("a", UrlTask(f"http://a/events?d={day}", 1, quality=1.0), "http")
     for page in ("about", "team", "blog/", "docs/guide/"):

@@ -111,7 +111,7 @@ def test_a_server_moves_between_nodes_whole(two_nodes):
     source = UrlTask(f"http://{host}/a", 0, host_depth=2)
     found = sender.discovery.discover([f"http://{host}/b"], source, 1, [], redirects=1)
     assert found == [(f"http://{host}/b", 1)]
-    assert sender.core.limits.admit(f"http://{host}/c") is None
+    assert sender.core.limits.admit(sender.core.servers[host].limits, f"http://{host}/c") is None
 
     (state,) = sender.export_hosts(want_urls=10, max_urls=10)
     assert host not in sender.core.servers and sender.status().servers == 0
@@ -121,7 +121,7 @@ def test_a_server_moves_between_nodes_whole(two_nodes):
     assert server.seen == {f"http://{host}/a", f"http://{host}/b"}
     assert server.redirects == {f"http://{host}/b": 1}
     assert server.limits.pages == 1
-    assert receiver.core.limits.admit(f"http://{host}/d") is None
+    assert receiver.core.limits.admit(server.limits, f"http://{host}/d") is None
     assert server.limits.pages == 2  # the counts that came along are the ones counted
     tasks = {task.url: task.host_depth for task in server.queue.drain()}
     assert tasks == {f"http://{host}/a": 0, f"http://{host}/b": 3}

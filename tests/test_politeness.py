@@ -134,17 +134,18 @@ def test_retry_policy_gives_up_after_max_retries() -> None:
     assert retry_policy(max_retries=0).retry_delay(1, 503) is None
 
 
-def test_retry_policy_prefers_retry_after_and_clamps_it() -> None:
-    policy = retry_policy(max_retries=3, retry_after_max_s=30.0)
+def test_retry_policy_prefers_retry_after_clamped_where_it_is_read() -> None:
+    policy = retry_policy(max_retries=3)
     assert policy.retry_delay(1, 429, None, 7.0) == 7.0
-    assert policy.retry_delay(1, 429, None, 900.0) == 30.0
+    assert policy.retry_delay(1, 429, None, parse_retry_after("900", NOW_WALL, 30.0)) == 30.0
     assert policy.retry_delay(1, 404, None, 7.0) is None  # Retry-After alone is no reason
 
 
 def test_retry_policy_from_config() -> None:
     config = config_from_dict({"retry": {"max_retries": 1, "retry_after_max_s": 10.0}})
     policy = RetryPolicy(config.retry, random.Random(1))
-    assert policy.retry_delay(1, 429, None, 99.0) == 10.0
+    retry_after = parse_retry_after("99", NOW_WALL, config.retry.retry_after_max_s)
+    assert policy.retry_delay(1, 429, None, retry_after) == 10.0
     assert policy.retry_delay(2, 429, None, 1.0) is None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawler.config import ConfigError, config_from_dict, read_config_file, with_overrides
-from crawler.politeness import RetrySettings
+from crawler.politeness import RetrySettings, parse_retry_after
 from crawler.ratecontrol import (
     CONTROLLERS,
     MODES,
@@ -187,7 +187,8 @@ def test_retry_after_is_clamped(data: dict) -> None:
     retry = RetrySettings(retry_after_max_s=5.0)
     controller = make_host_controller(RateControlSettings.model_validate(data), retry, 0.0)
     controller.on_request_start(0.0)
-    controller.on_response(0.01, 0.01, 503, 3600.0)
+    retry_after = parse_retry_after("3600", 0.0, retry.retry_after_max_s)  # as the node reads it
+    controller.on_response(0.01, 0.01, 503, retry_after)
     assert 5.0 <= controller.earliest_next() <= 5.01 + 1.0
 
 

@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from crawler.config import CrawlConfig
 from crawler.limits import counts_of
 from crawler.node.core import UNLIMITED, NodeCore
 from crawler.node.discovery import Discovery
@@ -27,9 +26,9 @@ from crawler.node.fetchloop import FetchLoop
 from crawler.node.handover import Handover
 from crawler.node.metrics import NodeMetrics
 from crawler.node.recorder import Recorder
+from crawler.node.settings import NodeSettings
 from crawler.node.status import NodeStatus
 from crawler.peerlink import PeerLink
-from crawler.recrawl import Revisits
 from crawler.server import Item, ServerState
 from crawler.urlqueue import UrlTask
 from crawler.urls import host_key
@@ -38,42 +37,26 @@ logger = logging.getLogger(__name__)
 
 
 class CrawlerNode:
-    def __init__(
-        self,
-        node_id: str,
-        crawl_id: str,
-        out_dir: str,
-        config: CrawlConfig,
-        hosts: Iterable[str],
-        scope_hosts: Iterable[str],
-        allow_private: bool,
-        max_depth: int | None,
-        link: PeerLink,
-        page_budget: int | None = None,
-        revisits: Revisits | None = None,
-    ) -> None:
+    def __init__(self, settings: NodeSettings, link: PeerLink) -> None:
         """`link`: the connection to the other nodes through shared state (crawler/exchange.py
         and crawler/peerlink.py): URLs for servers other nodes own, and servers moving between
-        nodes, go through it. `page_budget`: None for no --max-pages, else what the driver
-        grants. `revisits`: in a recrawl, what the earlier nights know of each URL
-        (crawler/recrawl.py): the validators of its conditional GET, and its revisit priority,
-        which ranks it in the scheduler where page quality would."""
-        self.node_id = node_id
-        self.core = core = NodeCore(
-            node_id, crawl_id, config, scope_hosts, max_depth, page_budget, revisits
-        )
+        nodes, go through it."""
+        self.node_id = settings.node_id
+        self.core = core = NodeCore(settings)
         self._link = link
-        crawl_dir = Path(out_dir) / crawl_id
+        crawl_dir = Path(settings.out_dir) / settings.crawl_id
         self.recorder = Recorder(core, crawl_dir)
         self.discovery = Discovery(core, link)
         self.handover = Handover(core, link.settings.heartbeat_s, self._ensure_workers)
-        self.loop = FetchLoop(core, self.recorder, self.discovery, self.handover, allow_private)
+        self.loop = FetchLoop(
+            core, self.recorder, self.discovery, self.handover, settings.allow_private
+        )
         self._metrics = NodeMetrics(core, crawl_dir, link)
         self._started = False  # no fetching before start(): the coordinator seeds or restores first
         self._connections = 0  # worker threads started
         self._threads: list[threading.Thread] = []
         with core.lock:
-            for host in hosts:
+            for host in settings.hosts:
                 core.own(ServerState(host))
 
     # ---- seeding and the page budget --------------------------------------------------------
@@ -108,9 +91,9 @@ class CrawlerNode:
         (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
         URLs the first run let through crawler.limits, which count against them again."""
         core = self.core
-        for host, counts in counts_of(admitted).items():
-            core.limits.restore(host, counts)
         with core.lock:
+            for host, counts in counts_of(admitted).items():
+                core.servers[host].limits.add(counts)
             for url in done:
                 if (server := core.servers.get(host_key(url))) is not None:
                     server.seen.add(url)
@@ -233,7 +216,7 @@ class CrawlerNode:
         self._stop_threads()
         with self.core.lock:
             tasks = [task for server in self.core.servers.values() for task in server.drain()]
-        self.loop.record_skipped(tasks)
+        self.loop.unfetched(tasks)
         self.recorder.flush()
         return len(tasks)
 

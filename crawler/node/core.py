@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
-from urllib.parse import urlsplit
 
-from crawler.config import CrawlConfig
 from crawler.fetcher import ServerSession
 from crawler.frontier import Frontier
 from crawler.limits import UrlLimits
+from crawler.node.settings import NodeSettings
 from crawler.node.status import Counters
 from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller
-from crawler.recrawl import Revisits
 from crawler.server import ServerState
 from crawler.traps import ParamStripper
 from crawler.urlqueue import UrlTask
@@ -28,33 +25,20 @@ class NodeCore:
     """Not a component of its own: the state the node's components (fetch loop, handover,
     discovery, metrics, control API) read and change, each under `lock`."""
 
-    def __init__(
-        self,
-        node_id: str,
-        crawl_id: str,
-        config: CrawlConfig,
-        scope_hosts: Iterable[str],
-        max_depth: int | None,
-        page_budget: int | None,
-        revisits: Revisits | None,
-    ) -> None:
-        self.node_id = node_id
-        self.crawl_id = crawl_id
-        self.config = config
-        self.scope = Scope(set(scope_hosts))
-        self.max_depth = max_depth
+    def __init__(self, settings: NodeSettings) -> None:
+        self.node_id = settings.node_id
+        self.crawl_id = settings.crawl_id
+        self.config = config = settings.config
+        self.scope = Scope(set(settings.scope_hosts))
+        self.max_depth = settings.max_depth
         self.lock = threading.Condition()
-        self.frontier = Frontier(
-            config.scheduling.policy,
-            config.scheduling.keepalive_speedup,
-            config.scheduling.estimate_weight,
-        )
+        self.frontier = Frontier(config.scheduling)
         self.limits = UrlLimits(config.limits)
         self.strip_params = ParamStripper(config.limits.strip_params)
-        self.revisits = revisits
+        self.revisits = settings.revisits
         self._quality = make_quality_model(config.scheduling.policy, config.scheduling.quality_file)
         self.sessions: dict[str, ServerSession] = {}  # this node's connection to each server
-        self.budget = UNLIMITED if page_budget is None else page_budget
+        self.budget = UNLIMITED if settings.page_budget is None else settings.page_budget
         self.active = 0  # connections open
         self.stopping = False
         self.failure: str | None = None  # the first bug that killed one of its threads
@@ -72,13 +56,7 @@ class NodeCore:
             server.controller = make_host_controller(
                 self.config.rate_control, self.config.retry, time.monotonic()
             )
-        server.requests_per_connection = self.config.scheduling.requests_per_connection
-        if server.robots is not None:
-            delay = server.robots.crawl_delay(self.config.fetch.user_agent)
-            if delay:
-                server.controller.set_floor_delay(delay)
         self.frontier.add_server(server)
-        self.limits.attach(server.host, server.limits)
 
     def score(self, url: str) -> float:
         """A URL's rank in the scheduler: its revisit priority in a recrawl, else its quality."""
@@ -93,7 +71,7 @@ class NodeCore:
     def queue(self, server: ServerState, task: UrlTask) -> None:
         """Queue a new URL of an owned server, seen from now on. Under the lock."""
         server.seen.add(task.url)
-        self.frontier.push(server.host, task, scheme=urlsplit(task.url).scheme)
+        self.frontier.push(server.host, task, scheme=task.url.split(":", 1)[0])
 
     def changed(self) -> None:
         """What the node holds changed: wake the workers, tell the coordinator. Under the lock."""

@@ -13,12 +13,7 @@ from crawler.peerlink import PeerLink
 from crawler.server import Item, ServerState
 from crawler.sitemaps import SitemapEntry
 from crawler.urlqueue import UrlTask
-from crawler.urls import canonical_url, host_key
-
-
-def server_of(url: str) -> str:
-    # A canonical URL reads scheme://server/...: the server is the third "/" field.
-    return url.split("/", 3)[2]
+from crawler.urls import canonical_url, host_key, server_of
 
 
 class Discovery:

@@ -26,6 +26,7 @@ from crawler.server import ServerState
 from crawler.sitemaps import read_sitemaps, sitemap_urls
 from crawler.traps import content_shape, url_family
 from crawler.urlqueue import UrlTask
+from crawler.urls import server_of
 from storage.outcomes import DEADLINE, ErrorClass, FetchError, family_errors
 
 logger = logging.getLogger(__name__)
@@ -93,10 +94,10 @@ class FetchLoop:
             if task is None:
                 return
             if not server.robots.allowed(task.url, user_agent):
-                self._refuse(server, task, FetchError(ErrorClass.ROBOTS_DISALLOWED))
+                self.unfetched([task], FetchError(ErrorClass.ROBOTS_DISALLOWED), refund_budget=True)
                 continue
-            if core.limits.closed(task.url):
-                self._refuse(server, task, family_errors(url_family(task.url)))
+            if core.limits.closed(server.limits, task.url):
+                self.unfetched([task], family_errors(url_family(task.url)), refund_budget=True)
                 continue
             assert server.controller is not None
             wait = server.controller.earliest_next() - time.monotonic()
@@ -105,9 +106,12 @@ class FetchLoop:
                 return
             # Checked last: a URL put back above must not be counted twice. Retries were
             # admitted with their first try.
-            refusal = core.limits.admit(task.url, task.host_depth) if task.attempt == 1 else None
+            if task.attempt == 1:
+                refusal = core.limits.admit(server.limits, task.url, task.host_depth)
+            else:
+                refusal = None
             if refusal is not None:
-                self._refuse(server, task, refusal)
+                self.unfetched([task], refusal, refund_budget=True)
                 continue
             if wait > 0:
                 time.sleep(wait)
@@ -118,10 +122,7 @@ class FetchLoop:
                 # thread: a dead worker keeps its server taken and the crawl never ends.
                 logger.exception("fetching %s failed", task.url)
                 detail = f"{type(exc).__name__}: {exc}"[: 300 - len("internal_error: ")]
-                error = FetchError(ErrorClass.INTERNAL_ERROR, detail)
-                self._recorder.fetch(FetchResult(task.url, error=error), task, error)
-                with core.lock:
-                    core.counters.urls_done += 1
+                self.unfetched([task], FetchError(ErrorClass.INTERNAL_ERROR, detail))
                 return
             if not keep_connection:
                 return
@@ -136,12 +137,13 @@ class FetchLoop:
         with core.lock:
             hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
         outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.fetch.max_redirects)
-        if outcome.failed is not None and core.limits.outcome(task.url, outcome.failed):
+        limits, counts = core.limits, server.limits
+        if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
         if result.status == 304:
-            core.limits.credit(task.url)  # unchanged since an earlier crawl judged it
-        elif result.status is not None and core.limits.wants_shape(task.url):
-            core.limits.observe(task.url, content_shape(result.body))
+            limits.credit(counts, task.url)  # unchanged since an earlier crawl judged it
+        elif result.status is not None and limits.wants_shape(counts, task.url):
+            limits.observe(counts, task.url, content_shape(result.body))
         if outcome.retry_in is not None:
             self._recorder.fetch(result, task, outcome.error)
             with core.lock:
@@ -314,41 +316,34 @@ class FetchLoop:
 
     # ---- URLs not fetched -------------------------------------------------------------------
 
-    def _refuse(self, server: ServerState, task: UrlTask, error: FetchError) -> None:
-        """Record a URL that is not fetched (robots.txt, a limit): one row, budget returned."""
-        self._recorder.fetch(FetchResult(task.url, error=error), task, error)
-        core = self._core
-        with core.lock:
-            core.budget += 1  # nothing was fetched: the page budget is not spent
-            core.counters.urls_done += 1
-            server.redirects.pop(task.url, None)
-
     def _fail_queued(self, server: ServerState, error: FetchError) -> None:
         """Record every URL queued for a server that cannot be crawled as failed."""
-        core = self._core
-        with core.lock:
+        with self._core.lock:
             tasks = server.drain()
-        for task in tasks:
-            self._recorder.fetch(FetchResult(task.url, error=error), task, error)
-        with core.lock:
-            core.counters.urls_done += len(tasks)
+        self.unfetched(tasks, error)
 
     def _skip_family(self, server: ServerState, family: str) -> None:
         """A family of the server kept failing: its queued URLs are recorded as skipped, in
         one go (a page of 100,000 dead links costs a few requests and one batch of rows)."""
         with self._core.lock:
             tasks = server.drain_family(family)
-        self.record_skipped(tasks, family_errors(family))
+        self.unfetched(tasks, family_errors(family))
 
-    def record_skipped(self, tasks: list[UrlTask], error: FetchError = DEADLINE) -> None:
-        """Rows for URLs not fetched (the deadline, a failing family), as one batch."""
+    def unfetched(
+        self, tasks: list[UrlTask], error: FetchError = DEADLINE, refund_budget: bool = False
+    ) -> None:
+        """Rows for URLs not fetched (refused, skipped, the deadline), as one batch.
+        `refund_budget`: the URLs were taken against the page budget (a refusal just before
+        the request), which gets them back since nothing was fetched."""
         if not tasks:
             return
-        self._recorder.skipped(tasks, error)
+        self._recorder.unfetched(tasks, error)
         core = self._core
         with core.lock:
+            if refund_budget:
+                core.budget += len(tasks)
             for task in tasks:
-                if (server := core.servers.get(task.url.split("/", 3)[2])) is not None:
+                if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
             core.counters.urls_done += len(tasks)
             core.counters.activity += 1

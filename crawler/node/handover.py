@@ -68,7 +68,6 @@ class Handover:
         for server in servers:
             # Idle: its heap entries go stale and no worker takes it again.
             core.frontier.remove(server)
-            core.limits.take(server.host)  # its counts are `server.limits`: they go with it
             if (session := core.sessions.pop(server.host, None)) is not None:
                 session.close()  # one connection per server: ours goes
             server.depart(now)

@@ -11,9 +11,9 @@ from crawler.archive import exchange_of
 from crawler.fetcher import FetchResult
 from crawler.links import ParsedPage
 from crawler.node.core import NodeCore
+from crawler.recrawl import KnownUrl
 from crawler.server import Item
 from crawler.urlqueue import UrlTask
-from crawler.urls import host_key
 from storage.outcomes import FetchError
 from storage.schema import COMMITTED_DATASETS, DATASETS, DiscoveredRow, FetchRow, PageRow
 from storage.warc import WarcBatchWriter
@@ -55,34 +55,14 @@ class Recorder:
         earlier = self._revisits.known(result.url) if self._revisits else None
         if result.status != 304:
             earlier = None
-        fetch_row: FetchRow = {
-            "crawl_id": self.crawl_id,
-            "url": result.url,
-            "url_host_name": host_key(result.url),
-            "url_path": urlsplit(result.url).path,
-            "fetch_time": fetch_time,
-            "fetch_status": result.status,
-            "fetch_redirect": result.headers.get("location"),
-            "error": None if error is None else str(error),
-            "content_mime_type": result.mime_type,
-            "content_charset": result.charset,
-            "content_length": len(result.body) if result.status is not None else None,
-            "content_digest": earlier.digest if earlier else result.digest,
-            "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
-            "node_id": self.node_id,
-            "depth": task.depth,
-            "attempt": task.attempt,
-            "etag": result.headers.get("etag") or (earlier.etag if earlier else None),
-            "last_modified": result.headers.get("last-modified")
-            or (earlier.last_modified if earlier else None),
-        }
+        fetch_row = self._fetch_row(result, task, fetch_time, error, earlier)
         page_rows: list[PageRow] = []
         if page is not None:
             page_rows.append(
                 {
                     "crawl_id": self.crawl_id,
                     "url": result.url,
-                    "url_host_name": host_key(result.url),
+                    "url_host_name": fetch_row["url_host_name"],
                     "fetch_time": fetch_time,
                     "content_digest": result.digest,
                     "content_length": len(result.body),
@@ -104,37 +84,46 @@ class Recorder:
         with self._core.lock:
             self._core.counters.fetches += 1
 
-    def skipped(self, tasks: list[UrlTask], error: FetchError) -> None:
-        """One fetches row per URL not fetched, written as one batch."""
+    def unfetched(self, tasks: list[UrlTask], error: FetchError) -> None:
+        """One fetches row per URL not fetched (refused, skipped, failed before a request),
+        written as one batch."""
         now = datetime.now(UTC)
-        rows: list[FetchRow] = []
-        for task in tasks:
-            parts = urlsplit(task.url)
-            rows.append(
-                {
-                    "crawl_id": self.crawl_id,
-                    "url": task.url,
-                    "url_host_name": parts.netloc,
-                    "url_path": parts.path,
-                    "fetch_time": now,
-                    "fetch_status": None,
-                    "fetch_redirect": None,
-                    "error": str(error),
-                    "content_mime_type": None,
-                    "content_charset": None,
-                    "content_length": None,
-                    "content_digest": None,
-                    "rtt_ms": None,
-                    "node_id": self.node_id,
-                    "depth": task.depth,
-                    "attempt": task.attempt,
-                    "etag": None,
-                    "last_modified": None,
-                }
-            )
+        rows = [self._fetch_row(FetchResult(task.url), task, now, error, None) for task in tasks]
         self.output.record({"fetches": rows})
         with self._core.lock:
             self._core.counters.fetches += len(rows)
+
+    def _fetch_row(
+        self,
+        result: FetchResult,
+        task: UrlTask,
+        fetch_time: datetime,
+        error: FetchError | None,
+        earlier: KnownUrl | None,
+    ) -> FetchRow:
+        """The fetches row of one attempt; `earlier`: the capture a 304 stands for."""
+        parts = urlsplit(result.url)
+        return {
+            "crawl_id": self.crawl_id,
+            "url": result.url,
+            "url_host_name": parts.netloc,
+            "url_path": parts.path,
+            "fetch_time": fetch_time,
+            "fetch_status": result.status,
+            "fetch_redirect": result.headers.get("location"),
+            "error": None if error is None else str(error),
+            "content_mime_type": result.mime_type,
+            "content_charset": result.charset,
+            "content_length": len(result.body) if result.status is not None else None,
+            "content_digest": earlier.digest if earlier else result.digest,
+            "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
+            "node_id": self.node_id,
+            "depth": task.depth,
+            "attempt": task.attempt,
+            "etag": result.headers.get("etag") or (earlier.etag if earlier else None),
+            "last_modified": result.headers.get("last-modified")
+            or (earlier.last_modified if earlier else None),
+        }
 
     def flush(self) -> None:
         self.output.flush()

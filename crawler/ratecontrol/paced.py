@@ -26,7 +26,6 @@ class PacedController(ABC):
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         self.settings = settings
-        self.retry_after_max_s = retry.retry_after_max_s
         self.rtt = RTTBand(settings.rtt_alpha, settings.rtt_interval_s, now)
         self.floor_s = 0.0
         self.last_start: float | None = None
@@ -81,7 +80,7 @@ class PacedController(ABC):
 
     def _pause_for(self, outcome: Outcome, retry_after_s: float | None) -> float:
         if retry_after_s is not None:
-            return min(retry_after_s, self.retry_after_max_s)
+            return retry_after_s  # clamped where the header is read (parse_retry_after)
         if outcome is Outcome.PAGE:
             return 0.0
         # One isolated error is usually that page's problem; a run of them is the host's.

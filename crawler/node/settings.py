@@ -1,0 +1,27 @@
+"""What one crawler node is built from (runtime.fleet.FleetPlan.node makes it): plain data
+that a Ray actor receives pickled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crawler.config import CrawlConfig
+from crawler.recrawl import Revisits
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    node_id: str
+    crawl_id: str
+    out_dir: str
+    config: CrawlConfig
+    hosts: list[str]  # the servers it owns at the start
+    scope_hosts: list[str]  # every server in scope (links elsewhere are dropped)
+    allow_private: bool  # fetch private and loopback addresses (tests, websim)
+    max_depth: int | None
+    # None for no --max-pages, else what the driver grants (it starts at 0).
+    page_budget: int | None
+    # In a recrawl, what the earlier nights know of each URL (crawler/recrawl.py): the
+    # validators of its conditional GET, and its revisit priority, which ranks it in the
+    # scheduler where page quality would.
+    revisits: Revisits | None
