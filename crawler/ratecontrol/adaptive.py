@@ -6,9 +6,9 @@ import math
 from collections import deque
 
 from crawler.politeness import RetrySettings
-from crawler.ratecontrol.outcome import Outcome
 from crawler.ratecontrol.paced import PacedController
 from crawler.ratecontrol.queueing import QueueingDelay
+from crawler.ratecontrol.response_kind import ResponseKind
 from crawler.ratecontrol.settings import RateControlSettings
 
 # The adaptive controller takes the rate served between two bans as the host's limit when at
@@ -232,9 +232,9 @@ class AdaptiveRateController(PacedController):
             served = max(served, self._held_target)
         return cfg.served_target_share * served, True
 
-    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+    def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
         cfg = self.settings
-        if outcome is Outcome.BAN:
+        if outcome is ResponseKind.BAN:
             # Slow start (and the ceiling's pace, which may be far above a limit) runs past a
             # token bucket's rate until the burst is spent, by a factor of 2**(burst seconds /
             # doubling time): the first ban then backs off twice as far.
@@ -253,7 +253,7 @@ class AdaptiveRateController(PacedController):
             self._clean_streak = 0
             self._probe = cfg.probe_step
             return
-        if outcome is Outcome.ERROR:
+        if outcome is ResponseKind.ERROR:
             return  # no growth on failures; runs of them pause the host (shared layer)
         self._pages_since_ban += 1
         self._check_flat()

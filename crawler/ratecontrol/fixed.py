@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from crawler.politeness import RetrySettings
-from crawler.ratecontrol.outcome import Outcome
 from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.response_kind import ResponseKind
 from crawler.ratecontrol.settings import RateControlSettings
 
 
@@ -23,5 +23,5 @@ class FixedDelayController(PacedController):
     def delay_s(self) -> float:
         return self._delay
 
-    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+    def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
         return None  # nothing adapts; the shared layer already paused on bans

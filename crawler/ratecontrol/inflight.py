@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler.ratecontrol.outcome import Outcome, classify
+from crawler.ratecontrol.response_kind import ResponseKind, classify
 from crawler.ratecontrol.rtt import ConcurrencyCap
 from crawler.ratecontrol.settings import RateControlSettings
 
@@ -32,7 +32,7 @@ class InFlightLimit:
     def finish(self, now: float, rtt_s: float, status: int | None) -> None:
         """A request ended (status None: no answer); its RTT moves the cap."""
         self.in_flight -= 1
-        if classify(status) is Outcome.PAGE:
+        if classify(status) is ResponseKind.PAGE:
             self.law.on_rtt(now, rtt_s)
         else:
             self.law.lower()

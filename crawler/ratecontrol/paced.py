@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 
 from crawler.politeness import Backoff, RetrySettings
 from crawler.ratecontrol.band import RTTBand
-from crawler.ratecontrol.outcome import Outcome, classify
+from crawler.ratecontrol.response_kind import ResponseKind, classify
 from crawler.ratecontrol.settings import RateControlSettings
 
 
@@ -43,7 +43,7 @@ class PacedController(ABC):
         """The control law's delay, before the Crawl-delay floor."""
 
     @abstractmethod
-    def _on_outcome(self, now: float, outcome: Outcome) -> None:
+    def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
         """React to a classified result (the RTT band is already updated for pages)."""
 
     def current_delay(self) -> float:
@@ -61,7 +61,7 @@ class PacedController(ABC):
         self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
     ) -> None:
         outcome = classify(status)
-        if outcome is Outcome.PAGE:
+        if outcome is ResponseKind.PAGE:
             self._bad_streak = 0
             self._pages += 1
             # Only pages feed the RTT estimate: ban replies are usually cheap early exits and
@@ -69,7 +69,7 @@ class PacedController(ABC):
             self._observe_rtt(now, rtt_s)
         else:
             self._bad_streak += 1
-            self._bans += outcome is Outcome.BAN
+            self._bans += outcome is ResponseKind.BAN
         pause = self._pause_for(outcome, retry_after_s)
         if pause > 0:
             self.pause_until = max(self.pause_until, now + pause)
@@ -78,13 +78,13 @@ class PacedController(ABC):
     def _observe_rtt(self, now: float, rtt_s: float) -> None:
         self.rtt.observe(now, rtt_s)
 
-    def _pause_for(self, outcome: Outcome, retry_after_s: float | None) -> float:
+    def _pause_for(self, outcome: ResponseKind, retry_after_s: float | None) -> float:
         if retry_after_s is not None:
             return retry_after_s  # clamped where the header is read (parse_retry_after)
-        if outcome is Outcome.PAGE:
+        if outcome is ResponseKind.PAGE:
             return 0.0
         # One isolated error is usually that page's problem; a run of them is the host's.
-        grace = self.ban_grace if outcome is Outcome.BAN else 1
+        grace = self.ban_grace if outcome is ResponseKind.BAN else 1
         excess = self._bad_streak - grace
         return self._backoff.ceiling(excess) if excess >= 1 else 0.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from crawler.politeness import RetrySettings
-from crawler.ratecontrol.outcome import Outcome
 from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.response_kind import ResponseKind
 from crawler.ratecontrol.settings import RateControlSettings
 
 # A window in which the host was under the controller's pacing for less than this share of
@@ -137,8 +137,8 @@ class PIDDelayController(PacedController):
         self._roll(now)
         super().on_response(now, rtt_s, status, retry_after_s)
 
-    def _on_outcome(self, now: float, outcome: Outcome) -> None:
-        if outcome is Outcome.PAGE:
+    def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
+        if outcome is ResponseKind.PAGE:
             self._window_pages += 1
         # From here on, time the node lets pass beyond our own pacing is not ours to count.
         start = self.last_start if self.last_start is not None else now

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from crawler.politeness import RetrySettings
 from crawler.ratecontrol.band import RTTBand
-from crawler.ratecontrol.outcome import Outcome
 from crawler.ratecontrol.paced import PacedController
+from crawler.ratecontrol.response_kind import ResponseKind
 from crawler.ratecontrol.settings import RateControlSettings
 
 
@@ -84,8 +84,8 @@ class RTTConcurrencyController(PacedController):
     def _observe_rtt(self, now: float, rtt_s: float) -> None:
         self.limit.on_rtt(now, rtt_s)
 
-    def _on_outcome(self, now: float, outcome: Outcome) -> None:
-        if outcome is not Outcome.PAGE:
+    def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
+        if outcome is not ResponseKind.PAGE:
             self.limit.lower()
 
     def concurrency_cap(self) -> int | None:

@@ -7,17 +7,17 @@ from enum import Enum
 from crawler.politeness import BAN_STATUSES
 
 
-class Outcome(Enum):
+class ResponseKind(Enum):
     PAGE = "page"  # any HTTP answer that is not a ban: the host served us
     BAN = "ban"  # 429/503: "too fast", the loss signal
     ERROR = "error"  # other 5xx or no answer
 
 
-def classify(status: int | None) -> Outcome:
+def classify(status: int | None) -> ResponseKind:
     if status is None:
-        return Outcome.ERROR
+        return ResponseKind.ERROR
     if status in BAN_STATUSES:
-        return Outcome.BAN
+        return ResponseKind.BAN
     if status >= 500:
-        return Outcome.ERROR
-    return Outcome.PAGE
+        return ResponseKind.ERROR
+    return ResponseKind.PAGE
