@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from crawler.exchange import ExchangeSnapshot
 from crawler.node.status import NodeStatus
 from crawler.recovery import Recovered
 from crawler.server import ServerState
@@ -63,7 +64,7 @@ class NodeHandle(Protocol):
 class ExchangeView(Protocol):
     """The shared exchange as the coordinator reaches it (see crawler.exchange.Exchange)."""
 
-    def snapshot(self) -> dict[str, Any]: ...
+    def snapshot(self) -> ExchangeSnapshot: ...
     def orphan(self, node_id: str) -> list[str]: ...
     def put_hosts(self, states: list[ServerState]) -> None: ...
     def push(self, urls: list[tuple[str, int]]) -> int: ...
@@ -203,7 +204,7 @@ class Coordinator:
                 on_progress(progress)
                 last_report = time.monotonic()
             self._consider_surcharge(progress, snapshot)
-            activity = sum(s.activity for s in statuses) + snapshot["ops"]
+            activity = sum(s.activity for s in statuses) + snapshot.ops
             quiet = not self._lost and self._quiet(statuses, snapshot)
             over = max_s is not None and progress.elapsed_s >= max_s
             if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
@@ -234,8 +235,8 @@ class Coordinator:
             statuses.append(status)
         return statuses
 
-    def _quiet(self, statuses: list[NodeStatus], snapshot: dict[str, Any]) -> bool:
-        if snapshot["inbox_urls"] or snapshot["pool_urls"]:
+    def _quiet(self, statuses: list[NodeStatus], snapshot: ExchangeSnapshot) -> bool:
+        if snapshot.inbox_urls or snapshot.pool_urls:
             return False
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
@@ -351,7 +352,7 @@ class Coordinator:
             self._grant(node.node_id, max(1, self.unassigned_budget // len(self.nodes)))
         node.start()
 
-    def _consider_surcharge(self, progress: Progress, snapshot: dict[str, Any]) -> None:
+    def _consider_surcharge(self, progress: Progress, snapshot: ExchangeSnapshot) -> None:
         """Add a node when the URLs known but not done, at the rate of the last
         `check_every_s`, would take the crawl past its time budget."""
         plan = self.surcharge
@@ -367,7 +368,7 @@ class Coordinator:
         (t0, done0), (t1, done1) = self._samples[0], self._samples[-1]
         if t1 - t0 < plan.check_every_s / 2:
             return  # not enough history for a rate
-        remaining = progress.queued + snapshot["inbox_urls"] + snapshot["pool_urls"]
+        remaining = progress.queued + snapshot.inbox_urls + snapshot.pool_urls
         rate = (done1 - done0) / (t1 - t0)
         projected = progress.elapsed_s + (remaining / rate if rate > 0 else float("inf"))
         if remaining and projected > plan.budget_s:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from crawler.config import ExchangeSettings
 from crawler.dedup import split_by_shard
@@ -68,6 +68,20 @@ class Reply:
 class _Level:
     queued: int = 0
     throughput: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExchangeSnapshot:
+    """What the exchange holds and has done, as the coordinator and the benchmarks read it."""
+
+    ops: int  # calls served: a sign of activity while nodes look idle
+    inbox_urls: int  # URLs waiting for their node
+    pool_hosts: int  # servers handed in and not yet taken
+    pool_urls: int  # their queued URLs
+    moved_hosts: int
+    urls_checked: int  # by the shared filter
+    urls_new: int
+    nodes: dict[str, dict[str, float]]  # node -> its water level (queued, throughput)
 
 
 class Exchange:
@@ -156,17 +170,17 @@ class Exchange:
             self.pool[state.host] = state
         self.ops += bool(states)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "ops": self.ops,
-            "inbox_urls": sum(len(items) for items in self.inbox.values()),
-            "pool_hosts": len(self.pool),
-            "pool_urls": sum(state.urls for state in self.pool.values()),
-            "moved_hosts": self.moved_hosts,
-            "urls_checked": self.checked,
-            "urls_new": self.new,
-            "nodes": {node: vars(level).copy() for node, level in self.levels.items()},
-        }
+    def snapshot(self) -> ExchangeSnapshot:
+        return ExchangeSnapshot(
+            ops=self.ops,
+            inbox_urls=sum(len(items) for items in self.inbox.values()),
+            pool_hosts=len(self.pool),
+            pool_urls=sum(state.urls for state in self.pool.values()),
+            moved_hosts=self.moved_hosts,
+            urls_checked=self.checked,
+            urls_new=self.new,
+            nodes={node: vars(level).copy() for node, level in self.levels.items()},
+        )
 
     # ---- internals -------------------------------------------------------------------------
 

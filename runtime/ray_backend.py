@@ -20,7 +20,7 @@ from ray.exceptions import RayActorError  # noqa: E402
 
 from crawler.coordinator import NodeLost  # noqa: E402
 from crawler.dedup import BloomShard  # noqa: E402
-from crawler.exchange import Beat, Exchange, Reply  # noqa: E402
+from crawler.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
 from crawler.peerlink import PeerLink  # noqa: E402
 from crawler.server import Item, ServerState  # noqa: E402
@@ -61,7 +61,7 @@ class RayExchange:
     def offer(self, node_id: str, states: list[ServerState]) -> None:
         ray.get(self.actor.offer.remote(node_id, states))
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ExchangeSnapshot:
         return ray.get(self.actor.snapshot.remote())
 
     def orphan(self, node_id: str) -> list[str]:

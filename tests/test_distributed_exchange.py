@@ -44,7 +44,7 @@ def test_a_node_above_its_share_is_told_to_offer_and_one_below_takes_servers():
     reply = exchange.heartbeat(beat("n1", queued=0))
     assert [s.host for s in reply.hosts] == ["h2"]
     assert exchange.owner["h2"] == "n1"
-    assert exchange.snapshot()["pool_hosts"] == 0
+    assert exchange.snapshot().pool_hosts == 0
 
 
 def test_fair_share_follows_throughput():
@@ -78,12 +78,12 @@ def test_a_dead_nodes_servers_collect_urls_until_they_are_taken_over():
     assert exchange.orphan("n1") == ["h2"]
     exchange.push([url("h2", 1)])
     assert exchange.heartbeat(beat("n0", queued=0)).urls == []  # nobody owns h2 yet
-    assert exchange.snapshot()["inbox_urls"] == 1
+    assert exchange.snapshot().inbox_urls == 1
     exchange.put_hosts([server_with("h2", 1)])
     reply = exchange.heartbeat(beat("n0", queued=0))
     assert [(s.host, s.inbox) for s in reply.hosts] == [("h2", [url("h2", 1)])]
     assert exchange.owner["h2"] == "n0"
-    assert "n1" not in exchange.snapshot()["nodes"]
+    assert "n1" not in exchange.snapshot().nodes
 
 
 def test_a_node_may_only_offer_servers_it_owns():
@@ -155,7 +155,7 @@ def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():
         link.send([url("h2", 1), url("h2", 2), url("h2", 1)])
         assert link.counters["remote_calls"] - calls == 3
         # The exchange checked each with the filter: the repeated URL was not new.
-        assert exchange.snapshot()["inbox_urls"] == 2
+        assert exchange.snapshot().inbox_urls == 2
         assert link.counters["urls_new"] == 2
         assert link.unsent() == 0
     finally:
@@ -169,7 +169,7 @@ def test_batched_urls_are_checked_per_batch_and_ride_the_heartbeat():
     link.send([url("h2", i) for i in range(250)])
     link.start(node)
     try:
-        wait_until(lambda: exchange.snapshot()["inbox_urls"] == 250 and link.unsent() == 0)
+        wait_until(lambda: exchange.snapshot().inbox_urls == 250 and link.unsent() == 0)
     finally:
         link.stop()  # no heartbeat between the counters read below
     # Two full batches of their own, the rest with a heartbeat.
@@ -200,6 +200,6 @@ def test_forwarded_urls_are_not_dropped_by_the_filter_that_saw_them():
         assert exchange.heartbeat(beat("n1", queued=0)).urls == [url("h2", 1)]
         # n1 gave h2 away meanwhile: the URL comes back through n0's heartbeat.
         link.forward([url("h2", 1)])
-        wait_until(lambda: exchange.snapshot()["inbox_urls"] == 1)
+        wait_until(lambda: exchange.snapshot().inbox_urls == 1)
     finally:
         link.stop()
