@@ -49,7 +49,7 @@ from warcio.archiveiterator import ArchiveIterator
 from bench import results_dir
 from crawler.config import CrawlConfig
 from crawler.recrawl import start_depths, start_urls
-from runtime.backends import start_fleet
+from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
@@ -98,12 +98,10 @@ def crawl_night(
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
     plan = single_node(crawl_id, str(out), config, hosts, max_pages=budget, revisits=revisits)
-    fleet = start_fleet(plan, "inprocess")
-    coordinator = fleet.coordinator()
     seeds = [sim.hub_url]
-    coordinator.seed(start_urls(seeds, revisits, budget, policy), start_depths(seeds, revisits))
-    coordinator.run(poll_s=0.05)
-    fleet.stop()
+    crawl_in_process(
+        plan, start_urls(seeds, revisits, budget, policy), start_depths(seeds, revisits), 0.05
+    )
 
 
 def night_figures(out: Path, crawl_id: str) -> dict[str, Any]:

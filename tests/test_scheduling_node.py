@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import CrawlConfig
-from runtime.backends import start_fleet
+from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.views import connect
 from websim import WebSim, WebSpec
@@ -39,11 +39,7 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
         scheduling={"policy": policy, "max_connections": 4},
         rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
     )
-    fleet = start_fleet(single_node(policy, str(tmp_path), config, hosts), "inprocess")
-    coordinator = fleet.coordinator()
-    coordinator.seed([web.hub_url])
-    coordinator.run(poll_s=0.02)
-    fleet.stop()
+    fleet = crawl_in_process(single_node(policy, str(tmp_path), config, hosts), [web.hub_url])
 
     result = coverage(tmp_path / policy, web.reachable_allowed_urls())
     assert result["coverage"] == 1.0 and result["duplicates"] == 0
@@ -108,11 +104,7 @@ def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bo
     with WebSim(spec) as sim:
         hosts = sim.servers
         config = CrawlConfig(scheduling={"max_connections": 8}, rate_control=settings)
-        fleet = start_fleet(single_node(mode, str(tmp_path), config, hosts), "inprocess")
-        coordinator = fleet.coordinator()
-        coordinator.seed(sim.host_urls)
-        coordinator.run(poll_s=0.02)
-        fleet.stop()
+        crawl_in_process(single_node(mode, str(tmp_path), config, hosts), sim.host_urls)
         log = sim.request_log()  # robots.txt answers take the 100 ms as well
     most = _most_in_flight(log, 0.1)
     if bounded:

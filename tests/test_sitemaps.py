@@ -10,7 +10,7 @@ import pytest
 from crawler.config import CrawlConfig
 from crawler.recrawl import RecrawlError, start_depths, start_urls
 from crawler.urls import host_key
-from runtime.backends import start_fleet
+from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
@@ -47,11 +47,7 @@ def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) ->
     plan = single_node(
         crawl_id, str(out), config, hosts, True, options.get("max_depth"), budget, revisits
     )
-    fleet = start_fleet(plan, "inprocess")
-    coordinator = fleet.coordinator()
-    coordinator.seed(start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
-    coordinator.run(poll_s=0.02)
-    fleet.stop()
+    crawl_in_process(plan, start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
 
 
 def test_sitemaps_seed_the_frontier_through_the_nodes_fetch(web, tmp_path):

@@ -10,7 +10,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler.config import CrawlConfig
 from crawlflow.cli import main
-from runtime.backends import start_fleet
+from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
@@ -32,11 +32,7 @@ def crawled(tmp_path_factory):
             output={"write_batch_rows": 15},
             rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
         )
-        fleet = start_fleet(single_node("c1", str(out), config, hosts), "inprocess")
-        coordinator = fleet.coordinator()
-        coordinator.seed([sim.hub_url])
-        coordinator.run(poll_s=0.02)
-        fleet.stop()
+        crawl_in_process(single_node("c1", str(out), config, hosts), [sim.hub_url])
         yield out / "c1", sim
 
 
@@ -156,11 +152,7 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
         output={"write_batch_rows": 15},
         rate_control={"mode": "fixed", "fixed_delay_s": 0},
     )
-    fleet = start_fleet(single_node("c1", str(tmp_path), config, hosts), "inprocess")
-    coordinator = fleet.coordinator()
-    coordinator.seed([sim.hub_url])
-    coordinator.run(poll_s=0.02)
-    fleet.stop()
+    crawl_in_process(single_node("c1", str(tmp_path), config, hosts), [sim.hub_url])
     for name, data in kept.items():  # not one WARC file of the first run overwritten
         assert (crawl_dir / WARC_DIR / name).read_bytes() == data
     assert rows_find_their_records(crawl_dir) > len(kept)
