@@ -20,9 +20,21 @@ SERVED_MAX_IDLE_SHARE = 0.1
 # unloaded RTT known, that show a host is fast (see AdaptiveRateController).
 PROOF_SAMPLES = 4
 # The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
-# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
+# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones
+# (its standard error at 256 samples of spread 0.25 is 1.6%).
 RECENT_SAMPLES = 16
-UNLOADED_HISTORY = 64
+UNLOADED_HISTORY = 256
+# Responses on which the delay side braked, the ceiling lifted, that show a server queues:
+# from then on every page feeds U (see AdaptiveRateController). A server with several workers
+# brakes only on noise, rarely and in short runs, while one that queues brakes on about half
+# of its responses once settled.
+QUEUEING_BRAKES = 2 * RECENT_SAMPLES
+# The flat check (see AdaptiveRateController): responses in a row sent at this multiple of
+# the ceiling's rate, after which R shows whether the RTT rose with the rate. Far enough
+# above the rate where a server that queues reaches the target, even with network latency
+# (1.6x the ceiling's rate at 5 ms of a 40 ms RTT) and the overshoot of R's lag, that such a
+# server is not read as flat: its U raised to the ceiling's RTT, it would be overrun.
+FLAT_RATE_FACTOR = 2.5
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
 # Small: on a server with several workers, U is the ceiling's RTT divided by up to (1 + this
@@ -128,6 +140,7 @@ class AdaptiveRateController(PacedController):
         self._ceiling_rate: float | None = None
         self._fast_streak = 0
         self._proof_streak = 0
+        self._brakes = 0  # responses the delay side braked on since the ceiling lifted
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
         self._held = False
@@ -203,11 +216,18 @@ class AdaptiveRateController(PacedController):
             return 1.0
         return current / unloaded
 
+    def setpoint(self) -> float:
+        """The inflation R/U steered to: `rtt_target` less `rtt_confidence` standard errors of
+        U (in logs), so a server whose U rests on few samples settles lower and rises as U
+        firms up."""
+        cfg = self.settings
+        return cfg.rtt_target * math.exp(-cfg.rtt_confidence * self.queueing.unloaded_error)
+
     def _rate_error(self, inflation: float | None) -> float:
         """log(rate at the target / current rate) for a server that works one request at a time
         (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
         MAX_RATE_ERROR where the RTT shows little or no inflation."""
-        busy_target = 1.0 - 1.0 / self.settings.rtt_target
+        busy_target = 1.0 - 1.0 / self.setpoint()
         busy_now = 1.0 - 1.0 / (1.0 if inflation is None else inflation)
         if busy_now * MAX_RATE_ERROR <= busy_target:
             return math.log(MAX_RATE_ERROR)
@@ -266,10 +286,11 @@ class AdaptiveRateController(PacedController):
         # how fast it wants to be asked, and only strong queueing (at twice the target's
         # distance from U) brakes: on a noisy rate-limited host milder readings are mostly
         # noise.
-        strong = 2.0 * cfg.rtt_target - 1.0
+        strong = 2.0 * self.setpoint() - 1.0
         if inflation is not None and error < 0 and (self.target is None or inflation >= strong):
             self.slow_start = False
             self._clean_streak = 0
+            self._count_brake()
             self._set_rate(self.rate * step)
             return
         if self.slow_start:
@@ -295,6 +316,16 @@ class AdaptiveRateController(PacedController):
             self.target *= 1.0 + self._probe
             self._probe = min(1.0, 2.0 * self._probe)
 
+    def _count_brake(self) -> None:
+        """One response the delay side braked on. Enough of them past the ceiling show that
+        the server queues (unless the flat check found it does not), and from then on every
+        page feeds U, each divided by (1 + its busy share) as at the ceiling."""
+        if not self.proven_fast or self.queueing.floor_s > 0:
+            return
+        self._brakes += 1
+        if self._brakes == QUEUEING_BRAKES:
+            self.queueing.count_every_load()
+
     def _rtt_rose(self) -> bool:
         """Whether the RTT has risen enough to end slow start: by half the target's distance
         from U over its value when the ceiling lifted (as HyStart ends TCP's slow start on a
@@ -305,7 +336,7 @@ class AdaptiveRateController(PacedController):
         if not self.queueing.known or unloaded is None or current is None:
             return False
         base = max(unloaded, self._ceiling_rtt or 0.0)
-        halfway = (self.settings.rtt_target - 1.0) / 2.0 * unloaded
+        halfway = (self.setpoint() - 1.0) / 2.0 * unloaded
         return current - base >= max(self.settings.rtt_noise_s, halfway)
 
     def _check_flat(self) -> None:
@@ -316,7 +347,7 @@ class AdaptiveRateController(PacedController):
         worst case), is raised to them."""
         if self._ceiling_rate is None:
             return
-        if self._rate_at_start < 2.0 * self._ceiling_rate:
+        if self._rate_at_start < FLAT_RATE_FACTOR * self._ceiling_rate:
             self._fast_streak = 0
             return
         self._fast_streak += 1
@@ -332,7 +363,7 @@ class AdaptiveRateController(PacedController):
             return
         ceiling = self._ceiling_delay()
         near_ceiling = ceiling > 0 and 1.0 / self._rate_at_start <= ceiling / 0.9
-        if near_ceiling and inflation < self.settings.rtt_target:
+        if near_ceiling and inflation < self.setpoint():
             self._proof_streak += 1
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
             if self.proven_fast:
