@@ -62,10 +62,10 @@ class QueueingDelay:
 
     def _stats(self) -> tuple[float, float]:
         if self._unloaded_stats is None:
-            ordered = sorted(self._unloaded)
-            count = len(ordered)
-            spread = (ordered[(3 * count) // 4] - ordered[count // 4]) / _IQR_PER_SD
-            self._unloaded_stats = (_interquartile_mean(ordered), spread / math.sqrt(count))
+            middle = _middle_half(sorted(self._unloaded))
+            spread = (middle[-1] - middle[0]) / _IQR_PER_SD
+            mean = sum(middle) / len(middle)
+            self._unloaded_stats = (mean, spread / math.sqrt(len(self._unloaded)))
         return self._unloaded_stats
 
     @property
@@ -85,8 +85,12 @@ class QueueingDelay:
         return math.exp(_interquartile_mean(sorted(self._recent))) if self._recent else None
 
 
+def _middle_half(ordered: list[float]) -> list[float]:
+    cut = len(ordered) // 4
+    return ordered[cut : len(ordered) - cut]
+
+
 def _interquartile_mean(ordered: list[float]) -> float:
     """The mean of the middle half of `ordered` (sorted)."""
-    cut = len(ordered) // 4
-    middle = ordered[cut : len(ordered) - cut]
+    middle = _middle_half(ordered)
     return sum(middle) / len(middle)
