@@ -10,9 +10,9 @@ local Ray instance", "Beginning flow run", each task's "Finished in state", the 
 line of the summary, and the exit. Nothing in the product is there for the benchmark.
 
 Beside the times, the CPU time (user + system) of the command's whole process tree: the
-command, its Prefect server, Ray's processes and actors. The load of the machine moves it far
-less than the times. The bench adopts the processes the command leaves stopping (Linux: it is
-their subreaper), waits for them, and reads what they used from its own children's usage.
+command, its Prefect server, Ray's processes and actors (Linux: read from /proc while they run;
+the bench adopts what the command leaves stopping, as its subreaper, and waits for it). The load
+of the machine moves it far less than the times.
 
 The first run uses a new PREFECT_HOME (a new user's first crawl: the database is created and
 migrated); the others reuse it, as every later crawl does. Figures are the medians of those
@@ -33,7 +33,6 @@ import ctypes
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -66,6 +65,7 @@ WEB = WebSpec(
 CRAWLFLOW = Path(sys.executable).parent / "crawlflow"
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are re-parented to this process
 DESCENDANTS_TIMEOUT_S = 60.0
+SAMPLE_S = 0.05
 SERVER_LINE = re.compile(r"(?:Starting temporary|temporary Prefect) server on (http://[\d.:]+)")
 TASK_DONE = re.compile(r"Task run '(.+)-[0-9a-f]{3}' - Finished in state")
 CRAWL_DONE = re.compile(r"crawl done in ([\d.]+)s: (\d+) pages")
@@ -150,33 +150,75 @@ def _note(run: Run, line: str, now: float, launched: float) -> None:
         run.crawl_s, run.crawl_pages = float(match.group(1)), int(match.group(2))
 
 
-def _children() -> set[int]:
-    """This process's live children (the sites' server processes, and the descendants of a
-    command re-parented here)."""
-    found = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        found.update(int(pid) for pid in (task / "children").read_text().split())
-    return found
+class TreeCpu:
+    """The CPU time (user + system) of a process and all its descendants, read from /proc
+    every SAMPLE_S; a process keeps its last reading once it has ended. (The usage the kernel
+    reports for waited-for children misses Ray's workers: about 5 s of a crawl's 13.)"""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.last: dict[int, float] = {}
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _tree(self) -> set[int]:
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and (stat := _read_stat(entry.name)) is not None:
+                children.setdefault(int(stat[1]), []).append(int(entry.name))
+        found, stack = {self.root}, [self.root]
+        while stack:
+            for child in children.get(stack.pop(), []):
+                found.add(child)
+                stack.append(child)
+        return found
+
+    def sample(self) -> int:
+        """Read every process of the tree (and those re-parented away from it); how many
+        are still running."""
+        running = 0
+        for pid in self._tree() | set(self.last):
+            stat = _read_stat(str(pid))
+            if stat is None or stat[0] == "Z":
+                continue
+            running += 1
+            self.last[pid] = (int(stat[11]) + int(stat[12])) / self.tick
+        return running
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.last.values())
 
 
-def _reap_descendants(before: set[int]) -> bool:
-    """Wait for the processes the command left (its server stopping, Ray's), reaping each.
-    False if some still ran after DESCENDANTS_TIMEOUT_S."""
-    deadline = time.monotonic() + DESCENDANTS_TIMEOUT_S
-    while time.monotonic() < deadline:
-        left = _children() - before
-        for pid in left:
-            with contextlib.suppress(ChildProcessError):  # reaped already
-                os.waitpid(pid, os.WNOHANG)
-        if not _children() - before:
-            return True
-        time.sleep(0.05)
-    return False
+def _read_stat(pid: str) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, ppid, ..., utime (11), stime (12)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _reap_zombies() -> None:
+    """Reap what the command left to this process (its subreaper) once it ended."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run) -> None:
+    """Sample the tree until the command and everything it left (its server stopping, Ray's
+    processes) have ended."""
+    deadline = None
+    while True:
+        running = cpu.sample()
+        if process.poll() is not None:
+            _reap_zombies()
+            deadline = deadline or time.monotonic() + DESCENDANTS_TIMEOUT_S
+            if running == 0:
+                run.cpu_s = cpu.total_s
+                return
+            if time.monotonic() > deadline:
+                return
+        time.sleep(SAMPLE_S)
 
 
 def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
@@ -185,8 +227,6 @@ def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)  # the default: a temporary server for this command
     run = Run()
-    before = _children()
-    cpu_before = _children_cpu_s()
     launched = time.monotonic()
     run.markers["launch"] = 0.0
     process = subprocess.Popen(
@@ -198,6 +238,9 @@ def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
     )
     assert process.stdout is not None
     stdout = process.stdout
+    cpu_watch = threading.Thread(target=_watch_cpu, args=(TreeCpu(process.pid), process, run))
+    if sys.platform == "linux":
+        cpu_watch.start()
 
     def read() -> None:
         for line in stdout:
@@ -211,8 +254,8 @@ def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
     run.returncode = process.wait()
     run.markers["exit"] = time.monotonic() - launched
     reader.join(timeout=30)
-    if sys.platform == "linux" and _reap_descendants(before):
-        run.cpu_s = _children_cpu_s() - cpu_before
+    if cpu_watch.is_alive():
+        cpu_watch.join()
     return run
 
 
