@@ -36,10 +36,6 @@ BIND_ATTEMPTS = 3  # the free port found may be taken before the server binds it
 # crashed, but this server dies with the command, and the heartbeat thread costs the flow's
 # end up to a second (it looks for the stop signal once a second; Prefect waits for it).
 TEMPORARY_SERVER_SETTINGS: dict[str, Any] = {"ui_url": "", "flows.heartbeat_frequency": None}
-# Imported while Ray starts: the flow, and what Prefect (3.8) would import only once the flow
-# is called, on the way to its first task: its engines and the encoder of the flow's
-# parameters (fastapi.encoders, 0.1-0.2 s).
-FLOW_MODULES = ("flows.crawl", "prefect.flow_engine", "prefect.task_engine", "fastapi.encoders")
 
 
 class PrefectServer:
@@ -144,7 +140,7 @@ def crawl_runtime() -> Iterator[None]:
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The flow's imports (Prefect) keep a core busy while Ray's start mostly waits for the
         # processes it starts.
-        flow_imported = pool.submit(_import_all, FLOW_MODULES)
+        flow_imported = pool.submit(importlib.import_module, "flows.crawl")
         # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing failures.
         ray_started_here = not os.environ.get("RAY_ADDRESS") and ensure_ray()
         flow_imported.result()
@@ -177,11 +173,6 @@ def run_crawl(request: CrawlRequest) -> dict[str, Any]:
         from flows.crawl import crawl
 
         return crawl(request)
-
-
-def _import_all(modules: tuple[str, ...]) -> None:
-    for module in modules:
-        importlib.import_module(module)
 
 
 def _free_loopback_port() -> int:
