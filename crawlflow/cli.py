@@ -7,6 +7,7 @@ simulator are imported only by the commands that need them, so `sql` and `report
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -290,6 +291,7 @@ def _end_process(code: int) -> NoReturn:
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()  # what the interpreter runs at exit; it has no public name
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), closed
+            stream.flush()
     os._exit(code)
