@@ -101,6 +101,8 @@ SHRINK_SHARE = 0.8
 IMPROVE_SHARE = 0.82
 MASTER_SHARE = 0.87
 CBC_MARGIN_SHARE = 0.1
+# CPU seconds each node count gets in the fill phase's first pass.
+QUICK_TRIAL_S = 0.2
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
 
@@ -159,7 +161,7 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             break
 
     if not closed():
-        for filled in _filled(instance, relaxations, best_cost, clock, FILL_SHARE):
+        for filled in _filled(instance, relaxations, lower, best_cost, clock, FILL_SHARE):
             if within_limits(instance, filled):
                 candidates.append(filled)
             if closed():
@@ -258,13 +260,19 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
 
 
 def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
-            cost_to_beat: Callable[[], float], clock: CpuClock, share: float
+            lower: float, cost_to_beat: Callable[[], float], clock: CpuClock, share: float
             ) -> Iterator[Packing]:
     """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
-    tried only if it would beat ``cost_to_beat()``: the relaxations' counts (the bound's first:
-    a plan that meets the bound), and the bound's counts plus one node of each type (a plan
-    within one node's price of it). The first trial gets half of the CPU time left before
-    ``share`` of the limit, each later one an equal part of what remains."""
+    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
+    counts (the bound's first: a plan that meets the bound), and the bound's counts with one node
+    more of a type, or with one node of a type exchanged for one of another (a plan within a
+    node's price of it).
+
+    Two passes: first every trial for QUICK_TRIAL_S (most counts that pack at all pack within a
+    few hundred moves, and the cheapest ones often cannot pack: a pass that gave them the time
+    first never reached the dearer ones that do), then the trials that failed, cheapest first,
+    again from another random seed, the first with half of the CPU time left before ``share``
+    of the limit, each later one an equal part of what remains."""
     trials: dict[tuple[str, ...], tuple[float, Packing]] = {}
     for capacity_share, aggregate, packings in relaxations:
         if aggregate.nodes is None:
@@ -272,19 +280,40 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
         nodes = aggregate.nodes
         start = {t: min((p.get(t, []) for p in packings), key=len) for t in nodes}
         bins = tuple(name for name, count in nodes.items() for _ in range(count))
-        extras = [(nt.name,) for nt in instance.node_types
-                  if capacity_share == 1.0 and room_for(nt, nodes.get(nt.name, 0))]
-        for extra in [(), *extras]:
-            key = tuple(sorted(bins + extra))
-            if key not in trials:
-                trials[key] = (_bins_cost(instance, key), start)
+        variants: list[tuple[str, ...]] = [bins]
+        if capacity_share == 1.0:
+            for nt in instance.node_types:
+                if not room_for(nt, nodes.get(nt.name, 0)):
+                    continue
+                variants.append((*bins, nt.name))
+                for other in nodes:
+                    if other != nt.name and nodes[other] > 0:
+                        exchanged = list(bins)
+                        exchanged.remove(other)
+                        variants.append((*exchanged, nt.name))
+        for variant in variants:
+            key = tuple(sorted(variant))
+            cost = _bins_cost(instance, key)
+            if key not in trials and cost >= lower - TOLERANCE:
+                trials[key] = (cost, start)
     ordered = sorted(trials.items(), key=lambda item: item[1][0])
-    for position, (bins, (cost, start)) in enumerate(ordered):
+    failed = []
+    for bins, (cost, start) in ordered:
+        if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
+            break
+        stop = clock.elapsed() + min(QUICK_TRIAL_S, clock.until(share))
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        if packing is not None:
+            yield packing
+        else:
+            failed.append((bins, cost, start))
+    for position, (bins, cost, start) in enumerate(failed):
         if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
             return
-        part = 0.5 if position == 0 else 1 / (len(ordered) - position)
+        part = 0.5 if position == 0 else 1 / (len(failed) - position)
         stop = clock.elapsed() + part * clock.until(share)
-        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop,
+                               seed=1)
         if packing is not None:
             yield packing
 
