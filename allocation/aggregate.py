@@ -11,6 +11,9 @@ counts stay integer. It forgets that tasks come in pieces that must fit node by 
 cuts (``packing_cuts``, added at share 1) give part of that back: tasks too large to share a node,
 and dual feasible functions that count a node's tasks for more than their volume. A share below 1
 (leaving room for the packing loss) is also useful: its task -> type choice packs better.
+
+HiGHS solves it (``allocation.highs``), several times faster than CBC, and at share 1 in rounds
+that add the conflict cliques the last round's choice violates (``violated_cliques``).
 """
 
 from __future__ import annotations

@@ -30,14 +30,16 @@ class _QuietHighs(highspy.Highs):
 
 
 class _CpuLimitedHiGHS(pulp.HiGHS):
-    def __init__(self, time_limit_s: float, warm_start: bool) -> None:
+    def __init__(self, time_limit_s: float) -> None:
         super().__init__(msg=False, threads=1)
         self.cpu_limit_s = time_limit_s
-        self.warm_start = warm_start
 
     def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
         highs = _QuietHighs()
         highs.setOptionValue("threads", 1)
+        # HiGHS' default stops 0.01% short of proving a plan optimal; callers take an optimal
+        # status for a proof.
+        highs.setOptionValue("mip_rel_gap", 0.0)
         deadline = time.thread_time() + self.cpu_limit_s
 
         def stop_at_deadline(event: highspy.highs.HighsCallbackEvent) -> None:
@@ -52,12 +54,6 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
         self.createAndConfigureSolver(lp)
         self.buildSolverModel(lp)
         highs = lp.solverModel
-        if self.warm_start:
-            started = [(var.index, float(var.varValue)) for var in lp.variables()
-                       if var.varValue is not None]
-            if started:
-                indices, values = zip(*started, strict=True)
-                highs.setSolution(len(indices), list(indices), list(values))
         self.callSolver(lp)
         # PuLP's reading of the result takes an interrupted solve for a solved one; only the
         # values it assigns to the variables are used, the statuses are read here.
@@ -77,11 +73,9 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
         return status
 
 
-def run_highs(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False
-              ) -> float | None:
+def run_highs(problem: pulp.LpProblem, time_limit_s: float) -> float | None:
     """Solve with HiGHS for at most ``time_limit_s`` CPU seconds and return the lower bound it
-    proved when stopped early, if any (the status is left on ``problem`` as ``run_cbc`` does).
-    With ``warm_start`` the variables' initial values are HiGHS' first incumbent."""
-    problem.solve(_CpuLimitedHiGHS(time_limit_s, warm_start))
+    proved, if any. The status is left on ``problem`` as ``run_cbc`` does."""
+    problem.solve(_CpuLimitedHiGHS(time_limit_s))
     bound = problem.solverModel.getInfo().mip_dual_bound
     return bound if math.isfinite(bound) else None

@@ -1,4 +1,5 @@
-"""Exact allocation as a mixed-integer program, solved with PuLP's CBC.
+"""Exact allocation as a mixed-integer program, solved with PuLP's CBC (and HiGHS for the
+aggregated relaxation).
 
 Reduction. An idle reserved node only adds cost, and ``surcharge > reserved + usage``, so an
 optimal plan reserves exactly the nodes it uses and buys surcharge nodes of a type only once all
@@ -17,7 +18,8 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
 
 1. candidate plans and the bound: first fit, first-fit-decreasing, cost-aware FFD over several
    task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
-   (``allocation.aggregate``): per type an integer node count whose summed capacity holds the
+   (``allocation.aggregate``, solved by HiGHS with conflict cliques added in rounds): per type
+   an integer node count whose summed capacity holds the
    summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
    LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
    ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
@@ -27,9 +29,11 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
 2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
-   bound), those plus one node of each type (a plan within one node's price of it), and the
-   relaxations' at the lower capacity shares. The greedy packers fill nodes one at a time and
-   often need a node more than the counts allow; the search repairs a whole assignment;
+   bound), those plus one node of a type or with one node exchanged for one of another type (a
+   plan within one node's price of it), and the relaxations' at the lower capacity shares; a
+   short first pass over all of them, then the ones that failed with the time left. The greedy
+   packers fill nodes one at a time and often need a node more than the counts allow; the
+   search repairs a whole assignment;
 3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
 4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
@@ -47,9 +51,10 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    beyond that are not created.
 
 Time. ``time_limit_s`` is CPU time (``allocation.clock``): this thread's plus CBC's, and CBC runs
-with its clock in CPU mode. A loaded machine then stretches the wall time of a solve, not what it
-proves. On the time limit the best plan is returned with the relative gap between its cost and
-the best proven lower bound (CBC's, or the aggregated one if higher).
+with its clock in CPU mode; HiGHS runs in this thread and is stopped by a callback on this
+thread's CPU time (``allocation.highs``). A loaded machine then stretches the wall time of a
+solve, not what it proves. On the time limit the best plan is returned with the relative gap
+between its cost and the best proven lower bound (CBC's, or the aggregated one if higher).
 """
 
 from __future__ import annotations
@@ -266,7 +271,7 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
     tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
     counts (the bound's first: a plan that meets the bound), and the bound's counts with one node
     more of a type, or with one node of a type exchanged for one of another (a plan within a
-    node's price of it).
+    node's price of it), when their capacity holds the demand's volume.
 
     Two passes: first every trial for QUICK_TRIAL_S (most counts that pack at all pack within a
     few hundred moves, and the cheapest ones often cannot pack: a pass that gave them the time
@@ -294,7 +299,7 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
         for variant in variants:
             key = tuple(sorted(variant))
             cost = _bins_cost(instance, key)
-            if key not in trials and cost >= lower - TOLERANCE:
+            if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
                 trials[key] = (cost, start)
     ordered = sorted(trials.items(), key=lambda item: item[1][0])
     failed = []
@@ -343,6 +348,15 @@ def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
             return
         yield shrunk
         current = shrunk
+
+
+def _holds_volume(instance: Instance, bins: tuple[str, ...]) -> bool:
+    """True if the nodes' summed capacity holds the summed demand in every dimension (else no
+    packing on them exists)."""
+    capacity = [sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
+                for d in range(len(DIMENSIONS))]
+    return all(demand <= cap * (1 + 1e-9) + 1e-12 * len(bins) for demand, cap
+               in zip(instance.total_demand().as_tuple(), capacity, strict=True))
 
 
 def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:
