@@ -330,6 +330,19 @@ def test_a_short_limit_reports_the_proven_gap_honestly() -> None:
         assert result.gap == 0 and result.lower_bound == pytest.approx(cost)
 
 
+def test_a_cbc_crash_keeps_the_plan_in_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise cbc.SolverUnavailable("CBC failed to run: segfault")
+
+    monkeypatch.setattr(milp, "run_cbc", crash)
+    monkeypatch.setattr("allocation.master.run_cbc", crash)
+    instance = hard_instance()
+    result = solve_milp(instance, time_limit_s=2)
+    validate_plan(instance, result.plan)
+    assert result.plan.total_cost <= first_fit(instance).total_cost + 1e-9
+    assert result.lower_bound <= result.plan.total_cost + 1e-9
+
+
 def stopped_result(instance: Instance) -> MilpResult:
     plan = Plan(instance, make_nodes([("n", "reserved", ["t0"]), ("n", "reserved", ["t1"])]))
     return MilpResult(plan, TIME_LIMIT, gap=0.25, lower_bound=2.25, time_limit_s=10,
