@@ -331,13 +331,18 @@ def test_a_short_limit_reports_the_proven_gap_honestly() -> None:
 
 
 def test_a_cbc_crash_keeps_the_plan_in_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    crashes = []
+
     def crash(*args: Any, **kwargs: Any) -> None:
+        crashes.append(args)
         raise cbc.SolverUnavailable("CBC failed to run: segfault")
 
     monkeypatch.setattr(milp, "run_cbc", crash)
     monkeypatch.setattr("allocation.master.run_cbc", crash)
-    instance = hard_instance()
-    result = solve_milp(instance, time_limit_s=2)
+    # An instance the solver does not close early, so it reaches the master and the full model.
+    instance = family_instance(FAMILIES[0], seed=2, tasks=200)
+    result = solve_milp(instance, time_limit_s=3)
+    assert len(crashes) == 2
     validate_plan(instance, result.plan)
     assert result.plan.total_cost <= first_fit(instance).total_cost + 1e-9
     assert result.lower_bound <= result.plan.total_cost + 1e-9
