@@ -160,10 +160,10 @@ def crawl_runtime() -> Iterator[None]:
                 del os.environ["PREFECT_API_URL"]
     finally:
         if ray_started_here:
-            import ray
+            from runtime.ray_backend import stop_local_ray
 
             # Not a daemon: the interpreter waits for it before it exits.
-            threading.Thread(target=ray.shutdown, name="ray-shutdown").start()
+            threading.Thread(target=stop_local_ray, name="ray-shutdown").start()
 
 
 def run_crawl(request: CrawlRequest) -> dict[str, Any]:

@@ -43,6 +43,17 @@ def ensure_ray() -> bool:
     return True
 
 
+def stop_local_ray() -> None:
+    """Shut down the local Ray `ensure_ray` started. Its autoscaler monitor goes first (it
+    holds nothing a one-machine crawl needs): `ray.shutdown` would stop it after the GCS, and a
+    monitor told to stop then reports its end to the GCS it lost until Ray kills it a second
+    later, a second of the command's exit (Ray 2.60: 1.6 s in all, 0.35 s this way)."""
+    node = ray._private.worker._global_node
+    if node is not None and node.is_head():
+        node.kill_monitor(check_alive=False)
+    ray.shutdown()
+
+
 class RayExchange:
     """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
 

@@ -329,9 +329,9 @@ DEGRADING_SEEDS = range(6)
 def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
     # The goals on websim's model (M/M/1, 2 ms of network latency, response times
     # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
-    # most 1.5x the unloaded one, and the crawl at least 80% as fast as one held at the rate
-    # where the RTT reaches 1.5x in every run, 85% on average (the unloaded RTT learnt from 32
-    # noisy samples under the ceiling sets where a run settles, 1.45x of it).
+    # most 1.5x the unloaded one, and the crawl at least 83% as fast as one held at the rate
+    # where the RTT reaches 1.5x in every run, 86% on average (the start at the ceiling's pace
+    # weighs most on the fastest servers).
     model = QueueingModel(0.002, capacity)
     held_s = 600 / model.rate_at_inflation(1.5)
     speeds = []
@@ -340,8 +340,8 @@ def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
         rtts, elapsed = run_degrading(controller, model, seed=seed)
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
         speeds.append(held_s / elapsed)
-    assert statistics.mean(speeds) >= 0.85
-    assert min(speeds) >= 0.8
+    assert statistics.mean(speeds) >= 0.86
+    assert min(speeds) >= 0.83
 
 
 @pytest.mark.parametrize("capacity", [12.0, 28.7])
@@ -362,13 +362,39 @@ def test_adaptive_errs_polite_where_latency_is_part_of_the_rtt(capacity: float) 
 
 @pytest.mark.parametrize("capacity", [3.0, 8.0, 20.0, 40.0])
 def test_adaptive_small_degrading_hosts_stay_under_the_goal(capacity: float) -> None:
-    # Over 80 pages the start weighs most: the ceiling's pace and the climb from it must not
-    # run a small host past 1.5x either.
+    # Over 80 pages the start weighs most: U rests on few samples, so the setpoint sits lower
+    # (by half their standard error), and the climb from the ceiling must not overshoot it.
     model = QueueingModel(0.002, capacity)
     for seed in range(8):
         controller = make_host_controller(RateControlSettings(), RETRY, 0.0)
         rtts, _ = run_degrading(controller, model, pages=80, seed=seed)
+        assert statistics.median(rtts) <= 1.45 * model.unloaded_rtt_s, seed
+
+
+def test_adaptive_does_not_take_a_queueing_server_with_latency_for_flat() -> None:
+    # 5 ms of network latency under 34 ms of service: at the ceiling's pace the server is
+    # busy only a fifth of the time, so its 1.5x rate is 1.6x the ceiling's, and the climb,
+    # which R lags, can overshoot it. Read as flat there (its U raised to the ceiling's RTT),
+    # it would be run at 1.7x; seeds 74 and 184 did so when the check came at twice the
+    # ceiling's rate.
+    model = QueueingModel(0.0052, 29.1)
+    for seed in range(200):
+        controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+        rtts, _ = run_degrading(controller, model, pages=437, seed=seed)
+        assert controller.queueing.floor_s == 0, seed
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
+
+
+def test_adaptive_keeps_learning_the_unloaded_rtt() -> None:
+    # Once the server has shown it queues, every page feeds U (divided by 1 + its busy
+    # share): after 600 pages U rests on hundreds of samples, and the setpoint has risen to
+    # within 1% of rtt_target as U's standard error shrank.
+    model = QueueingModel(0.002, 8.0)
+    for seed in DEGRADING_SEEDS:
+        controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+        run_degrading(controller, model, seed=seed)
+        assert controller.queueing.unloaded_s == pytest.approx(model.unloaded_rtt_s, rel=0.05)
+        assert controller.setpoint() >= 0.99 * controller.settings.rtt_target, seed
 
 
 @pytest.mark.parametrize("capacity", [3.0, 20.0])
@@ -410,29 +436,41 @@ def test_queueing_delay_estimates_ignore_outliers() -> None:
         queueing.observe(0.080, duty=0.5)  # loaded: moves the current RTT only
     assert queueing.unloaded_s == pytest.approx(0.050)
     assert queueing.current_s == pytest.approx(0.080)
+    assert queueing.unloaded_error == 0.0  # the middle half are all 50 ms
+    queueing.count_every_load()  # the server queues: loaded pages count, divided by 1 + duty
+    for _ in range(64):
+        queueing.observe(0.080, duty=0.6)
+    assert queueing.unloaded_s == pytest.approx(0.050)
 
 
-def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_slowed_down() -> None:
-    # The server's capacity halves mid-crawl (other clients, a slower backend): U learnt before
-    # is stale. The controller brakes to the ceiling's pace, where requests are unloaded
-    # samples again, and settles against the new U.
+@pytest.mark.parametrize(("before", "after"), [(20.0, 10.0), (10.0, 20.0)])
+def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_changed(
+    before: float, after: float
+) -> None:
+    # The server's capacity halves or doubles mid-crawl (other clients, a slower or faster
+    # backend): U learnt before is stale. Every page feeds U once the server has shown it
+    # queues, so U follows either way, and the rate settles against the new U: under 1.5x of
+    # it, and (where the server got faster) at least 80% of its new 1.5x rate.
     controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
-    fast, slow = QueueingModel(0.002, 20.0), QueueingModel(0.002, 10.0)
-    _, now = run_degrading(controller, fast, pages=300)
+    old, new = QueueingModel(0.002, before), QueueingModel(0.002, after)
+    _, now = run_degrading(controller, old, pages=300)
     rng = random.Random(1)
     arrivals = ArrivalRate()
-    rtts = []
+    rtts, starts = [], []
     for _ in range(600):
         start = max(controller.earliest_next(), now)
         controller.on_request_start(start)
-        rtt = rng.lognormvariate(math.log(slow.median_rtt_s(arrivals.arrive(start))), 0.25)
+        rtt = rng.lognormvariate(math.log(new.median_rtt_s(arrivals.arrive(start))), 0.25)
         now = start + rtt
         controller.on_response(now, rtt, 200, None)
         rtts.append(rtt)
+        starts.append(start)
     unloaded = controller.queueing.unloaded_s
     assert unloaded is not None
-    assert unloaded == pytest.approx(slow.unloaded_rtt_s, rel=0.1)
-    assert statistics.median(rtts[-300:]) <= 1.5 * slow.unloaded_rtt_s
+    assert unloaded == pytest.approx(new.unloaded_rtt_s, rel=0.1)
+    assert statistics.median(rtts[-300:]) <= 1.5 * new.unloaded_rtt_s
+    rate = 300 / (starts[-1] - starts[300])
+    assert rate >= 0.8 * new.rate_at_inflation(1.5)
 
 
 def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:

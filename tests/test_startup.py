@@ -83,3 +83,25 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     assert "prefect.flow-run.Completed" in events
     assert "prefect.flow-run.heartbeat" not in events
     assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
+
+
+def test_stopping_a_local_ray_ends_all_its_processes():
+    """The monitor is stopped first (a second faster); nothing of that Ray is left running."""
+    script = (
+        "import ray\n"
+        "from runtime.ray_backend import ensure_ray, stop_local_ray\n"
+        "ensure_ray()\n"
+        "node = ray._private.worker._global_node\n"
+        "print(' '.join(str(info.process.pid) for infos in node.all_processes.values()"
+        " for info in infos))\n"
+        "stop_local_ray()\n"
+        "assert not ray.is_initialized()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) >= 3  # GCS, raylet, monitor at least
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert alive == []

@@ -20,13 +20,25 @@ SERVED_MAX_IDLE_SHARE = 0.1
 # unloaded RTT known, that show a host is fast (see AdaptiveRateController).
 PROOF_SAMPLES = 4
 # The adaptive controller's RTT estimates (see QueueingDelay): the current RTT over this many
-# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones.
+# recent pages (a lag of about half of them), the unloaded RTT over this many unloaded ones
+# (its standard error at 256 samples of spread 0.25 is 1.6%).
 RECENT_SAMPLES = 16
-UNLOADED_HISTORY = 64
+UNLOADED_HISTORY = 256
+# Responses on which the delay side braked, the ceiling lifted, that show a server queues:
+# from then on every page feeds U (see AdaptiveRateController). A server with several workers
+# brakes only on noise, rarely and in short runs, while one that queues brakes on about half
+# of its responses once settled.
+QUEUEING_BRAKES = 2 * RECENT_SAMPLES
+# The flat check (see AdaptiveRateController): responses in a row sent at this multiple of
+# the ceiling's rate, after which R shows whether the RTT rose with the rate. Far enough
+# above the rate where a server that queues reaches the target, even with network latency
+# (1.6x the ceiling's rate at 5 ms of a 40 ms RTT) and the overshoot of R's lag, that such a
+# server is not read as flat: its U raised to the ceiling's RTT, it would be overrun.
+FLAT_RATE_FACTOR = 2.5
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
 # Small: on a server with several workers, U is the ceiling's RTT divided by up to (1 + this
-# times the share), which must stay well under rtt_target for the server to show it is fast.
+# times the share), which must stay well under the setpoint for the server to show it is fast.
 UNLOADED_DUTY_MARGIN = 1.1
 # The delay side's largest step, as a factor between the current rate and the rate it aims at.
 MAX_RATE_ERROR = 2.0
@@ -39,19 +51,29 @@ class AdaptiveRateController(PacedController):
     a server that slows down instead of refusing, most of the web) and bans (429/503: loss).
 
     Delay side (`QueueingDelay`): with U the unloaded RTT and R the current RTT (interquartile
-    means of log RTT), the inflation R/U is what the controller steers: to `rtt_target`
-    (1.45), under the 1.5x that politeness allows by about U's error. Queueing under
+    means of log RTT), the inflation R/U is what the controller steers: to the setpoint,
+    `rtt_target` (1.5, what politeness allows) less `rtt_confidence` (0.5) standard errors
+    of log U, so that a host whose U rests on few samples settles lower and rises as U firms
+    up (3% under 1.5 at 16 samples of spread 0.25, 0.8% at 256). Queueing under
     `rtt_noise_s` (R - U) never brakes: on fast hosts that much is the client's own
     scheduling jitter.
 
     - The ceiling: until the host has shown it is fast, r <= 1 / ((1 + f) * SRTT) with f =
       `unproven_delay_factor` (2): the connection is busy at most 1/(1 + f) of the time, and
       the RTTs of requests sent at most that busy, each divided by (1 + busy share), are
-      unloaded ones (`QueueingDelay`); `base_samples` (32) of them make U known. Busier than
-      Heritrix's default (f = 5) so that U is learnt from twice the samples in the same time:
-      its error, not the ceiling's pace, is what decides where a host settles. The host shows
-      it is fast when, with U known, PROOF_SAMPLES responses in a row sent at 90% of the
-      ceiling or more kept R/U under the target. Then only the signals below bound r.
+      unloaded ones (`QueueingDelay`); `base_samples` (16) of them make U known. Busier than
+      Heritrix's default (f = 5) so that U is learnt from twice the samples in the same time.
+      The host shows it is fast when, with U known, PROOF_SAMPLES responses in a row sent at
+      90% of the ceiling or more kept R/U under the setpoint. Then only the signals below
+      bound r.
+    - U keeps being learnt: once the delay side has braked on QUEUEING_BRAKES responses past
+      the ceiling (a server that queues brakes on about half of its responses once settled,
+      one with several workers only on noise), every page feeds U, divided by (1 + its busy
+      share) as at the ceiling, exact for a server that works one request at a time at any
+      load. Where a host settles is then set by hundreds of samples, not by the ceiling's
+      few, and U follows a server that slows down or speeds up. (For a server whose RTT is
+      partly network latency, which does not queue, the division reads U low, more so at a
+      higher busy share: it then settles under the setpoint, on the polite side.)
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
       has risen by half the target's distance from U over its value at the ceiling (as
@@ -61,18 +83,19 @@ class AdaptiveRateController(PacedController):
     - Then, per clean response, r *= (rate at the target / r) ** rtt_gain, the rate at the
       target as a server working one request at a time (M/M/1, the most delay-sensitive
       kind) would have it: inflation I = 1/(1 - busy share), so the target's rate is r *
-      (1 - 1/rtt_target) / (1 - 1/I), capped at MAX_RATE_ERROR times r where the RTT shows
+      (1 - 1/setpoint) / (1 - 1/I), capped at MAX_RATE_ERROR times r where the RTT shows
       little or no inflation (multiplicative increase). On such a server this closes
       `rtt_gain` of the distance (in logs) per response whatever the distance, so it comes up
       from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
       responses, a lag of about half of them, over which the steps add up to well under the
       distance. Per response, not per second, so a slow host is not outrun. After a ban the
-      loss side below sets the pace, and queueing brakes only from R/U = 2 * rtt_target - 1
-      (twice the target's distance from U).
+      loss side below sets the pace, and queueing brakes only from R/U = 2 * setpoint - 1
+      (twice the setpoint's distance from U).
     - A server with several workers does not queue one request behind another: its RTT does
       not rise with the rate, and the division by (1 + busy share) put U too low. Once r has
-      stayed at twice the ceiling's rate for RECENT_SAMPLES responses without R rising (as
-      slow start measures it), the ceiling's RTT is taken as unloaded: U is raised to it.
+      stayed at FLAT_RATE_FACTOR (2.5) times the ceiling's rate for RECENT_SAMPLES responses
+      without R rising (as slow start measures it), the ceiling's RTT is taken as unloaded: it
+      is U's floor from then on.
 
     Loss side (token buckets answering 429/503):
 
@@ -128,6 +151,7 @@ class AdaptiveRateController(PacedController):
         self._ceiling_rate: float | None = None
         self._fast_streak = 0
         self._proof_streak = 0
+        self._brakes = 0  # responses the delay side braked on since the ceiling lifted
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
         self._held = False
@@ -203,11 +227,18 @@ class AdaptiveRateController(PacedController):
             return 1.0
         return current / unloaded
 
+    def setpoint(self) -> float:
+        """The inflation R/U steered to: `rtt_target` less `rtt_confidence` standard errors of
+        U (in logs), so a server whose U rests on few samples settles lower and rises as U
+        firms up."""
+        cfg = self.settings
+        return cfg.rtt_target * math.exp(-cfg.rtt_confidence * self.queueing.unloaded_error)
+
     def _rate_error(self, inflation: float | None) -> float:
         """log(rate at the target / current rate) for a server that works one request at a time
         (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
         MAX_RATE_ERROR where the RTT shows little or no inflation."""
-        busy_target = 1.0 - 1.0 / self.settings.rtt_target
+        busy_target = 1.0 - 1.0 / self.setpoint()
         busy_now = 1.0 - 1.0 / (1.0 if inflation is None else inflation)
         if busy_now * MAX_RATE_ERROR <= busy_target:
             return math.log(MAX_RATE_ERROR)
@@ -266,10 +297,11 @@ class AdaptiveRateController(PacedController):
         # how fast it wants to be asked, and only strong queueing (at twice the target's
         # distance from U) brakes: on a noisy rate-limited host milder readings are mostly
         # noise.
-        strong = 2.0 * cfg.rtt_target - 1.0
+        strong = 2.0 * self.setpoint() - 1.0
         if inflation is not None and error < 0 and (self.target is None or inflation >= strong):
             self.slow_start = False
             self._clean_streak = 0
+            self._count_brake()
             self._set_rate(self.rate * step)
             return
         if self.slow_start:
@@ -295,6 +327,18 @@ class AdaptiveRateController(PacedController):
             self.target *= 1.0 + self._probe
             self._probe = min(1.0, 2.0 * self._probe)
 
+    def _count_brake(self) -> None:
+        """One response the delay side braked on. Enough of them past the ceiling show that
+        the server queues (unless the flat check found it does not), and from then on every
+        page feeds U, each divided by (1 + its busy share) as at the ceiling, and the flat
+        check is off: a server that later speeds up would pass it against a stale ceiling."""
+        if not self.proven_fast or self.queueing.floor_s > 0:
+            return
+        self._brakes += 1
+        if self._brakes == QUEUEING_BRAKES:
+            self.queueing.count_every_load()
+            self._ceiling_rate = None  # it queues: no flat check (see _check_flat)
+
     def _rtt_rose(self) -> bool:
         """Whether the RTT has risen enough to end slow start: by half the target's distance
         from U over its value when the ceiling lifted (as HyStart ends TCP's slow start on a
@@ -305,7 +349,7 @@ class AdaptiveRateController(PacedController):
         if not self.queueing.known or unloaded is None or current is None:
             return False
         base = max(unloaded, self._ceiling_rtt or 0.0)
-        halfway = (self.settings.rtt_target - 1.0) / 2.0 * unloaded
+        halfway = (self.setpoint() - 1.0) / 2.0 * unloaded
         return current - base >= max(self.settings.rtt_noise_s, halfway)
 
     def _check_flat(self) -> None:
@@ -316,7 +360,7 @@ class AdaptiveRateController(PacedController):
         worst case), is raised to them."""
         if self._ceiling_rate is None:
             return
-        if self._rate_at_start < 2.0 * self._ceiling_rate:
+        if self._rate_at_start < FLAT_RATE_FACTOR * self._ceiling_rate:
             self._fast_streak = 0
             return
         self._fast_streak += 1
@@ -332,7 +376,7 @@ class AdaptiveRateController(PacedController):
             return
         ceiling = self._ceiling_delay()
         near_ceiling = ceiling > 0 and 1.0 / self._rate_at_start <= ceiling / 0.9
-        if near_ceiling and inflation < self.settings.rtt_target:
+        if near_ceiling and inflation < self.setpoint():
             self._proof_streak += 1
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
             if self.proven_fast:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from collections import deque
 
+# The interquartile range of a normal distribution in standard deviations: the spread of log
+# RTT read from its middle half, as robust to outliers as the estimates themselves.
+_IQR_PER_SD = 1.349
+
 
 class QueueingDelay:
     """The adaptive controller's delay signal: how far a server's page RTT has risen above its
@@ -18,12 +22,13 @@ class QueueingDelay:
     - Unloaded RTT U: over the last `history` RTTs of requests that met a connection busy at
       most `duty` of the time (rate x expected RTT), each divided by (1 + busy share): a server
       working one request at a time (M/M/1) stretches its response time by exactly that at
-      such a load, one with more workers by less, so the estimate errs low, on the polite
-      side. Known from `samples` of them. Refreshed whenever requests go out that slowly: after
-      the host sat idle, and whenever the controller itself brakes that far, so a U learnt too
-      low corrects itself (as BBR's PROBE_RTT refreshes its minimum RTT). Never below
-      `floor_s`, what the caller learnt otherwise (a server whose RTT does not rise with the
-      rate: the busy share did not stretch it).
+      any load, one with more workers by less, so the estimate errs low, on the polite side.
+      Known from `samples` of them. At first only requests sent at a low busy share count
+      (where a server with more workers is misread least); once the caller has seen the server
+      queue, `count_every_load` lets every page in, so that U keeps firming up over the crawl
+      (its standard error shrinking as one over the root of the count) and follows a server
+      that slows down or speeds up. Never below `floor_s`, what the caller learnt otherwise
+      (a server whose RTT does not rise with the rate: the busy share did not stretch it).
     - Current RTT R: over the last `recent` page RTTs, whatever the load.
     """
 
@@ -33,6 +38,8 @@ class QueueingDelay:
         self._unloaded: deque[float] = deque(maxlen=history)
         self._recent: deque[float] = deque(maxlen=recent)
         self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
+        # (interquartile mean, standard error) of the unloaded samples, None when stale.
+        self._unloaded_stats: tuple[float, float] | None = None
 
     def observe(self, rtt_s: float, duty: float) -> None:
         """A page RTT, and the share of the time the connection was busy when it was sent."""
@@ -41,25 +48,49 @@ class QueueingDelay:
             # The worst case, one request at a time, stretched the RTT by (1 + duty): taken
             # out, so the estimate errs low (slower, more polite) on servers with more workers.
             self._unloaded.append(log_rtt - math.log1p(duty))
+            self._unloaded_stats = None
         self._recent.append(log_rtt)
+
+    def count_every_load(self) -> None:
+        """From now on every page RTT is an unloaded sample once divided by (1 + busy share):
+        the caller has seen the server queue as one that works one request at a time."""
+        self.duty = math.inf
 
     @property
     def known(self) -> bool:
         return len(self._unloaded) >= self.samples
 
+    def _stats(self) -> tuple[float, float]:
+        if self._unloaded_stats is None:
+            middle = _middle_half(sorted(self._unloaded))
+            spread = (middle[-1] - middle[0]) / _IQR_PER_SD
+            mean = sum(middle) / len(middle)
+            self._unloaded_stats = (mean, spread / math.sqrt(len(self._unloaded)))
+        return self._unloaded_stats
+
     @property
     def unloaded_s(self) -> float | None:
         if not self._unloaded:
             return None
-        return max(self.floor_s, math.exp(_interquartile_mean(self._unloaded)))
+        return max(self.floor_s, math.exp(self._stats()[0]))
+
+    @property
+    def unloaded_error(self) -> float:
+        """The standard error of log U (its spread over the root of the sample count); 0
+        before the first sample."""
+        return self._stats()[1] if self._unloaded else 0.0
 
     @property
     def current_s(self) -> float | None:
-        return math.exp(_interquartile_mean(self._recent)) if self._recent else None
+        return math.exp(_interquartile_mean(sorted(self._recent))) if self._recent else None
 
 
-def _interquartile_mean(values: deque[float]) -> float:
-    ordered = sorted(values)
+def _middle_half(ordered: list[float]) -> list[float]:
     cut = len(ordered) // 4
-    middle = ordered[cut : len(ordered) - cut]
+    return ordered[cut : len(ordered) - cut]
+
+
+def _interquartile_mean(ordered: list[float]) -> float:
+    """The mean of the middle half of `ordered` (sorted)."""
+    middle = _middle_half(ordered)
     return sum(middle) / len(middle)

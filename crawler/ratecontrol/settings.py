@@ -87,7 +87,13 @@ class RateControlSettings(Section):
     )
     # Adaptive controller, delay side (servers that slow down instead of refusing).
     rtt_target: float = Field(
-        1.45, gt=1, description="hold the page RTT at this multiple of the unloaded RTT"
+        1.5,
+        gt=1,
+        description="the page RTT's bound as a multiple of the unloaded RTT; held under it by "
+        "rtt_confidence standard errors of the unloaded RTT",
+    )
+    rtt_confidence: float = Field(
+        0.5, ge=0, description="margin under rtt_target, in standard errors of log U"
     )
     rtt_noise_s: float = Field(
         0.005, ge=0, description="queueing delay below this is never a brake (client jitter)"
@@ -98,9 +104,9 @@ class RateControlSettings(Section):
     # Until a server has shown it is fast, wait at least this many RTTs after each response
     # (as Heritrix's delayFactor, 5 there): its connection is busy at most 1/(1+2) of the time,
     # and the RTTs of requests sent that idle give its unloaded RTT, known from `base_samples`
-    # of them.
+    # of them (more come in over the crawl: see crawler.ratecontrol.queueing).
     unproven_delay_factor: float = Field(2.0, gt=0)
-    base_samples: int = Field(32, ge=1)
+    base_samples: int = Field(16, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> RateControlSettings:
