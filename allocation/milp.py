@@ -1,4 +1,5 @@
-"""Exact allocation as a mixed-integer program, solved with PuLP's CBC.
+"""Exact allocation as a mixed-integer program, solved with PuLP's CBC (and HiGHS for the
+aggregated relaxation).
 
 Reduction. An idle reserved node only adds cost, and ``surcharge > reserved + usage``, so an
 optimal plan reserves exactly the nodes it uses and buys surcharge nodes of a type only once all
@@ -17,7 +18,8 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
 
 1. candidate plans and the bound: first fit, first-fit-decreasing, cost-aware FFD over several
    task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
-   (``allocation.aggregate``): per type an integer node count whose summed capacity holds the
+   (``allocation.aggregate``, solved by HiGHS with conflict cliques added in rounds): per type
+   an integer node count whose summed capacity holds the
    summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
    LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
    ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
@@ -27,9 +29,11 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
 2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
-   bound), those plus one node of each type (a plan within one node's price of it), and the
-   relaxations' at the lower capacity shares. The greedy packers fill nodes one at a time and
-   often need a node more than the counts allow; the search repairs a whole assignment;
+   bound), those plus one node of a type or with one node exchanged for one of another type (a
+   plan within one node's price of it), and the relaxations' at the lower capacity shares; a
+   short first pass over all of them, then the ones that failed with the time left. The greedy
+   packers fill nodes one at a time and often need a node more than the counts allow; the
+   search repairs a whole assignment;
 3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
 4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
@@ -47,9 +51,10 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    beyond that are not created.
 
 Time. ``time_limit_s`` is CPU time (``allocation.clock``): this thread's plus CBC's, and CBC runs
-with its clock in CPU mode. A loaded machine then stretches the wall time of a solve, not what it
-proves. On the time limit the best plan is returned with the relative gap between its cost and
-the best proven lower bound (CBC's, or the aggregated one if higher).
+with its clock in CPU mode; HiGHS runs in this thread and is stopped by a callback on this
+thread's CPU time (``allocation.highs``). A loaded machine then stretches the wall time of a
+solve, not what it proves. On the time limit the best plan is returned with the relative gap
+between its cost and the best proven lower bound (CBC's, or the aggregated one if higher).
 """
 
 from __future__ import annotations
@@ -101,6 +106,8 @@ SHRINK_SHARE = 0.8
 IMPROVE_SHARE = 0.82
 MASTER_SHARE = 0.87
 CBC_MARGIN_SHARE = 0.1
+# CPU seconds each node count gets in the fill phase's first pass.
+QUICK_TRIAL_S = 0.2
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
 
@@ -159,7 +166,7 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             break
 
     if not closed():
-        for filled in _filled(instance, relaxations, best_cost, clock, FILL_SHARE):
+        for filled in _filled(instance, relaxations, lower, best_cost, clock, FILL_SHARE):
             if within_limits(instance, filled):
                 candidates.append(filled)
             if closed():
@@ -179,7 +186,10 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     if not closed() and candidates:
         patterns = [(t, b) for p in candidates for t, bins in p.items() for b in bins]
         limit = max(clock.until(MASTER_SHARE), 0.5)
-        recombined, _ = restricted_master(instance, patterns, best(), lower, limit)
+        try:
+            recombined, _ = restricted_master(instance, patterns, best(), lower, limit)
+        except SolverUnavailable:
+            recombined = None  # CBC crashed (see below); the candidates stand
         if recombined is not None and within_limits(instance, recombined):
             candidates.append(improve(instance, recombined))
 
@@ -187,7 +197,14 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         incumbent = best()
         model = _Model(instance, incumbent, lower)
         cbc_limit = max((1 - CBC_MARGIN_SHARE) * time_limit_s - clock.elapsed(), 1.0)
-        cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=incumbent is not None)
+        try:
+            cbc_bound = run_cbc(model.problem, cbc_limit, warm_start=incumbent is not None)
+        except SolverUnavailable:
+            # CBC crashed once in a benchmark run (a segfault on a 200-task model, not
+            # reproduced): with a plan in hand, return it with the bound proven so far.
+            if incumbent is None:
+                raise
+            return _result(instance, candidates, lower, time_limit_s, clock)
         if model.problem.status == pulp.LpStatusInfeasible:
             if incumbent is None:
                 raise NoFeasiblePlan("no plan places every task within max_reserved and "
@@ -202,6 +219,12 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             lower = max(lower, pulp.value(model.problem.objective))
         elif cbc_bound is not None:
             lower = max(lower, cbc_bound)
+    return _result(instance, candidates, lower, time_limit_s, clock)
+
+
+def _result(instance: Instance, candidates: list[Packing], lower: float, time_limit_s: float,
+            clock: CpuClock) -> MilpResult:
+    """The cheapest checked candidate, optimal if it meets ``lower``."""
     plan = _cheapest_feasible(instance, candidates, clock.wall_elapsed())
     if plan is None:
         raise NoFeasiblePlan(f"no plan found within {time_limit_s:g} s (none proven "
@@ -258,13 +281,19 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
 
 
 def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
-            cost_to_beat: Callable[[], float], clock: CpuClock, share: float
+            lower: float, cost_to_beat: Callable[[], float], clock: CpuClock, share: float
             ) -> Iterator[Packing]:
     """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
-    tried only if it would beat ``cost_to_beat()``: the relaxations' counts (the bound's first:
-    a plan that meets the bound), and the bound's counts plus one node of each type (a plan
-    within one node's price of it). The first trial gets half of the CPU time left before
-    ``share`` of the limit, each later one an equal part of what remains."""
+    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
+    counts (the bound's first: a plan that meets the bound), and the bound's counts with one node
+    more of a type, or with one node of a type exchanged for one of another (a plan within a
+    node's price of it), when their capacity holds the demand's volume.
+
+    Two passes: first every trial for QUICK_TRIAL_S (most counts that pack at all pack within a
+    few hundred moves, and the cheapest ones often cannot pack: a pass that gave them the time
+    first never reached the dearer ones that do), then the trials that failed, cheapest first,
+    again from another random seed, the first with half of the CPU time left before ``share``
+    of the limit, each later one an equal part of what remains."""
     trials: dict[tuple[str, ...], tuple[float, Packing]] = {}
     for capacity_share, aggregate, packings in relaxations:
         if aggregate.nodes is None:
@@ -272,19 +301,40 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
         nodes = aggregate.nodes
         start = {t: min((p.get(t, []) for p in packings), key=len) for t in nodes}
         bins = tuple(name for name, count in nodes.items() for _ in range(count))
-        extras = [(nt.name,) for nt in instance.node_types
-                  if capacity_share == 1.0 and room_for(nt, nodes.get(nt.name, 0))]
-        for extra in [(), *extras]:
-            key = tuple(sorted(bins + extra))
-            if key not in trials:
-                trials[key] = (_bins_cost(instance, key), start)
+        variants: list[tuple[str, ...]] = [bins]
+        if capacity_share == 1.0:
+            for nt in instance.node_types:
+                if not room_for(nt, nodes.get(nt.name, 0)):
+                    continue
+                variants.append((*bins, nt.name))
+                for other in nodes:
+                    if other != nt.name and nodes[other] > 0:
+                        exchanged = list(bins)
+                        exchanged.remove(other)
+                        variants.append((*exchanged, nt.name))
+        for variant in variants:
+            key = tuple(sorted(variant))
+            cost = _bins_cost(instance, key)
+            if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
+                trials[key] = (cost, start)
     ordered = sorted(trials.items(), key=lambda item: item[1][0])
-    for position, (bins, (cost, start)) in enumerate(ordered):
+    failed = []
+    for bins, (cost, start) in ordered:
+        if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
+            break
+        stop = clock.elapsed() + min(QUICK_TRIAL_S, clock.until(share))
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        if packing is not None:
+            yield packing
+        else:
+            failed.append((bins, cost, start))
+    for position, (bins, cost, start) in enumerate(failed):
         if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
             return
-        part = 0.5 if position == 0 else 1 / (len(ordered) - position)
+        part = 0.5 if position == 0 else 1 / (len(failed) - position)
         stop = clock.elapsed() + part * clock.until(share)
-        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop,
+                               seed=1)
         if packing is not None:
             yield packing
 
@@ -314,6 +364,15 @@ def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
             return
         yield shrunk
         current = shrunk
+
+
+def _holds_volume(instance: Instance, bins: tuple[str, ...]) -> bool:
+    """True if the nodes' summed capacity holds the summed demand in every dimension (else no
+    packing on them exists)."""
+    capacity = [sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
+                for d in range(len(DIMENSIONS))]
+    return all(demand <= cap * (1 + 1e-9) + 1e-12 * len(bins) for demand, cap
+               in zip(instance.total_demand().as_tuple(), capacity, strict=True))
 
 
 def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:

@@ -133,7 +133,7 @@ def plan_command(instance_path: str, json_out: str | None) -> None:
         Path(json_out).write_text(json.dumps(comparison_json(comparison), indent=2) + "\n")
 
 
-_TITLES = {"first_fit": "first fit", "ffd": "first fit decr.", "milp": "MILP (CBC)"}
+_TITLES = {"first_fit": "first fit", "ffd": "first fit decr.", "milp": "MILP (CBC, HiGHS)"}
 
 
 def _type_nodes(plan: Plan, type_name: str) -> str:

@@ -5,6 +5,9 @@ assignment model written straight from the cost rules."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pulp
@@ -15,7 +18,7 @@ from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
 from allocation import cbc, milp
-from allocation.aggregate import solve_aggregate
+from allocation.aggregate import conflicts, solve_aggregate, violated_cliques
 from allocation.cbc import has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.demand import local_node_types, plan_crawl
@@ -149,6 +152,41 @@ def test_packing_cuts_count_the_nodes_that_the_volume_misses(sizes: tuple[float,
                         cubes(*sizes))
     assert solve_aggregate(instance, 10).lower_bound == pytest.approx(nodes)
     assert plain_model_optimum(instance) == pytest.approx(nodes)
+
+
+def test_violated_cliques_are_sets_of_pairwise_conflicting_tasks() -> None:
+    nt = node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9)
+    # Across dimensions: (6, 5, 1) and (5, 6, 1) conflict in both ways, though neither
+    # dimension has every task above half a node.
+    tasks = [Task(f"t{i}", Resources(*d)) for i, d in enumerate(
+        [(6, 5, 1), (6, 5, 1), (5, 6, 1), (5, 6, 1), (1, 1, 1), (1, 1, 1)])]
+    conflict = conflicts(nt, tasks)
+    assert conflict[0, 2] and conflict[0, 1] and conflict[2, 3] and not conflict[0, 4]
+    # Two of the conflicting tasks chosen for one node: the clique grows through the others.
+    cliques = violated_cliques(conflict, [0, 2, 4], nodes=1)
+    assert [0, 1, 2, 3] in cliques
+    for clique in cliques:
+        assert all(conflict[a, b] for a in clique for b in clique if a != b)
+    assert violated_cliques(conflict, [0, 1, 2, 3], nodes=4) == []
+
+
+def test_highs_stops_at_its_cpu_time_limit() -> None:
+    # The aggregated relaxation of this instance takes HiGHS about 3 s to prove optimal.
+    instance = family_instance(FAMILIES[0], seed=2, tasks=200)
+    started = time.thread_time()
+    aggregate = solve_aggregate(instance, time_limit_s=0.3)
+    assert time.thread_time() - started < 1.5  # the limit, plus building the model
+    assert aggregate.lower_bound <= solve_milp(instance, time_limit_s=3).plan.total_cost
+
+
+def test_highs_prints_nothing() -> None:
+    # HiGHS prints its banner once per process unless told not to before its first callback.
+    code = ("from allocation.aggregate import solve_aggregate\n"
+            "from bench.allocation_instances import FAMILIES, family_instance\n"
+            "solve_aggregate(family_instance(FAMILIES[0], seed=0, tasks=20), 5)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == "" and done.stderr == ""
 
 
 def test_pack_on_bins_packs_on_the_nodes_given_or_says_it_cannot() -> None:
@@ -290,6 +328,24 @@ def test_a_short_limit_reports_the_proven_gap_honestly() -> None:
         assert 0 < result.gap < 1
     else:
         assert result.gap == 0 and result.lower_bound == pytest.approx(cost)
+
+
+def test_a_cbc_crash_keeps_the_plan_in_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    crashes = []
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        crashes.append(args)
+        raise cbc.SolverUnavailable("CBC failed to run: segfault")
+
+    monkeypatch.setattr(milp, "run_cbc", crash)
+    monkeypatch.setattr("allocation.master.run_cbc", crash)
+    # An instance the solver does not close early, so it reaches the master and the full model.
+    instance = family_instance(FAMILIES[0], seed=2, tasks=200)
+    result = solve_milp(instance, time_limit_s=3)
+    assert len(crashes) == 2
+    validate_plan(instance, result.plan)
+    assert result.plan.total_cost <= first_fit(instance).total_cost + 1e-9
+    assert result.lower_bound <= result.plan.total_cost + 1e-9
 
 
 def stopped_result(instance: Instance) -> MilpResult:
