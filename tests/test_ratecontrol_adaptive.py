@@ -397,6 +397,22 @@ def test_adaptive_keeps_learning_the_unloaded_rtt() -> None:
         assert controller.setpoint() >= 0.99 * controller.settings.rtt_target, seed
 
 
+def test_adaptive_setpoint_stays_above_one_on_wild_early_rtts() -> None:
+    # A night's recrawl: robots.txt answered in 1.4 ms, then a page in 7.8 ms. Two samples
+    # that far apart put U's standard error near 0.9 (in logs); the setpoint, 1.5 less half of
+    # it, fell under 1 and the next response raised ZeroDivisionError, losing its URL.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = 0.0
+    for rtt in (0.0014, 0.0078, 0.0014, 0.0078):
+        controller.on_request_start(now)
+        now += rtt
+        controller.on_response(now, rtt, 200, None)
+        now = max(now, controller.earliest_next())
+    assert controller.queueing.unloaded_error > 0.5
+    assert controller.setpoint() >= 1.25
+    assert controller.rate > 0
+
+
 @pytest.mark.parametrize("capacity", [3.0, 20.0])
 def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
     # What the delay signal prevents: requests back to back (the old adaptive default on a host

@@ -232,14 +232,20 @@ class AdaptiveRateController(PacedController):
         U (in logs), so a server whose U rests on few samples settles lower and rises as U
         firms up."""
         cfg = self.settings
-        return cfg.rtt_target * math.exp(-cfg.rtt_confidence * self.queueing.unloaded_error)
+        margin = math.exp(-cfg.rtt_confidence * self.queueing.unloaded_error)
+        # U's error is wild on a few samples or on a server whose pages differ widely in cost
+        # (cached and generated): the margin takes at most half the headroom, so the setpoint
+        # stays above 1 (a setpoint under 1 asks for a negative busy share).
+        return max(1.0 + (cfg.rtt_target - 1.0) / 2.0, cfg.rtt_target * margin)
 
     def _rate_error(self, inflation: float | None) -> float:
         """log(rate at the target / current rate) for a server that works one request at a time
         (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
         MAX_RATE_ERROR where the RTT shows little or no inflation."""
+        if inflation is None:
+            return math.log(MAX_RATE_ERROR)
         busy_target = 1.0 - 1.0 / self.setpoint()
-        busy_now = 1.0 - 1.0 / (1.0 if inflation is None else inflation)
+        busy_now = 1.0 - 1.0 / inflation
         if busy_now * MAX_RATE_ERROR <= busy_target:
             return math.log(MAX_RATE_ERROR)
         return math.log(busy_target / busy_now)
