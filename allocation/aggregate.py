@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from allocation.cbc import has_solution
-from allocation.highs import run_highs
+from allocation.cbc import has_solution, run_cbc
+from allocation.highs import HighsFailed, run_highs
 from allocation.model import DIMENSIONS, Instance, NodeType, NoFeasiblePlan, Task
 
 # Dual feasible functions applied per dimension: the Martello-Toth / Fekete-Schepers threshold
@@ -231,7 +231,11 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
     lower = 0.0
     found: Aggregate | None = None
     while True:
-        bound = run_highs(prob, max(deadline - time.thread_time(), 0.0))
+        remaining = max(deadline - time.thread_time(), 0.0)
+        try:
+            bound = run_highs(prob, remaining)
+        except HighsFailed:
+            bound = run_cbc(prob, remaining)  # slower on these relaxations, but a bound
         if prob.status == pulp.LpStatusInfeasible:
             if capacity_share == 1.0:
                 raise NoFeasiblePlan("no plan places every task within max_reserved and "

@@ -20,6 +20,10 @@ import highspy
 import pulp
 
 
+class HighsFailed(Exception):
+    """HiGHS stopped with an error instead of a status (the caller falls back to CBC)."""
+
+
 class _QuietHighs(highspy.Highs):
     """``highspy.Highs`` that prints nothing: the wrapper's constructor enables callbacks, which
     makes HiGHS print its banner on stdout before any option can be set."""
@@ -63,7 +67,9 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
                     == highspy.SolutionStatus.kSolutionStatusFeasible)
         if model_status == highspy.HighsModelStatus.kOptimal:
             status, sol_status = pulp.LpStatusOptimal, pulp.LpSolutionOptimal
-        elif model_status == highspy.HighsModelStatus.kInfeasible:
+        elif model_status in (highspy.HighsModelStatus.kInfeasible,
+                              highspy.HighsModelStatus.kUnboundedOrInfeasible):
+            # Presolve may not tell the two apart; a sum of prices is never unbounded.
             status, sol_status = pulp.LpStatusInfeasible, pulp.LpSolutionInfeasible
         elif feasible:
             status, sol_status = pulp.LpStatusNotSolved, pulp.LpSolutionIntegerFeasible
@@ -76,6 +82,9 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
 def run_highs(problem: pulp.LpProblem, time_limit_s: float) -> float | None:
     """Solve with HiGHS for at most ``time_limit_s`` CPU seconds and return the lower bound it
     proved, if any. The status is left on ``problem`` as ``run_cbc`` does."""
-    problem.solve(_CpuLimitedHiGHS(time_limit_s))
+    try:
+        problem.solve(_CpuLimitedHiGHS(time_limit_s))
+    except (pulp.PulpSolverError, RuntimeError) as exc:
+        raise HighsFailed(str(exc)) from exc
     bound = problem.solverModel.getInfo().mip_dual_bound
     return bound if math.isfinite(bound) else None

@@ -73,7 +73,14 @@ from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.fixed_bins import pack_on_bins
 from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
-from allocation.model import DIMENSIONS, Instance, NoFeasiblePlan, Plan, validate_plan
+from allocation.model import (
+    DIMENSIONS,
+    Instance,
+    NoFeasiblePlan,
+    Plan,
+    Resources,
+    validate_plan,
+)
 from allocation.packing import (
     Packing,
     eliminate_bins,
@@ -369,10 +376,9 @@ def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
 def _holds_volume(instance: Instance, bins: tuple[str, ...]) -> bool:
     """True if the nodes' summed capacity holds the summed demand in every dimension (else no
     packing on them exists)."""
-    capacity = [sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
-                for d in range(len(DIMENSIONS))]
-    return all(demand <= cap * (1 + 1e-9) + 1e-12 * len(bins) for demand, cap
-               in zip(instance.total_demand().as_tuple(), capacity, strict=True))
+    capacity = Resources(*(sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
+                           for d in range(len(DIMENSIONS))))
+    return instance.total_demand().fits_in(capacity)
 
 
 def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:

@@ -287,10 +287,10 @@ def _end_process(code: int) -> NoReturn:
     told to stop, logging is flushed), but the modules are not torn down one by one and the
     last garbage collection does not walk every object Prefect and Ray left (1-1.5 s after
     a crawl). What the command writes is closed before it returns, files and Parquet alike."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what the interpreter runs at exit; it has no public name
+    # What the interpreter runs at exit; neither has a public name. threading's waits for the
+    # threads that are not daemons and wakes idle thread-pool workers so that they end.
+    threading._shutdown()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), closed
             stream.flush()

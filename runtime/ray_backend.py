@@ -49,9 +49,11 @@ def stop_local_ray() -> None:
     monitor told to stop then reports its end to the GCS it lost until Ray kills it a second
     later, a second of the command's exit (Ray 2.60: 1.6 s in all, 0.35 s this way)."""
     node = ray._private.worker._global_node
-    if node is not None and node.is_head():
-        node.kill_monitor(check_alive=False)
-    ray.shutdown()
+    try:
+        if node is not None and node.is_head():
+            node.kill_monitor(check_alive=False)  # Ray's internal API: it may change
+    finally:
+        ray.shutdown()
 
 
 class RayExchange:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
-from allocation import cbc, milp
+from allocation import cbc, highs, milp
 from allocation.aggregate import conflicts, solve_aggregate, violated_cliques
 from allocation.cbc import has_solution, run_cbc
 from allocation.clock import CpuClock
@@ -177,6 +177,18 @@ def test_highs_stops_at_its_cpu_time_limit() -> None:
     aggregate = solve_aggregate(instance, time_limit_s=0.3)
     assert time.thread_time() - started < 1.5  # the limit, plus building the model
     assert aggregate.lower_bound <= solve_milp(instance, time_limit_s=3).plan.total_cost
+
+
+def test_a_highs_failure_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = family_instance(FAMILIES[0], seed=0, tasks=20)
+    expected = solve_aggregate(instance, time_limit_s=5)
+
+    def fail(*_: Any) -> int:
+        raise RuntimeError("HiGHS error")
+
+    monkeypatch.setattr(highs._CpuLimitedHiGHS, "actualSolve", fail)
+    fallback = solve_aggregate(instance, time_limit_s=5)
+    assert fallback.lower_bound == pytest.approx(expected.lower_bound, rel=1e-6)
 
 
 def test_highs_prints_nothing() -> None:

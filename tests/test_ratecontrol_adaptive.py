@@ -429,8 +429,8 @@ def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
 def test_adaptive_goes_back_to_back_where_the_rtt_does_not_rise(service_ms: float) -> None:
     # A server with several workers: the ceiling's samples, read as M/M/1, put U up to a
     # quarter low, so the RTT reads as up to 1.37 U at any rate. That must not pass for
-    # queueing: once the rate has doubled past the ceiling's without the RTT rising, U is
-    # raised to the ceiling's RTT, and the rate ends at the fetch time.
+    # queueing: once the rate has stayed at 2.5 times the ceiling's without the RTT rising,
+    # U's floor is the ceiling's RTT, and the rate ends at the fetch time.
     model = SeveralWorkers(0.002, service_ms / 1000)
     controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
     rtts, _ = run_degrading(controller, model, pages=300)

@@ -359,11 +359,12 @@ class AdaptiveRateController(PacedController):
         return current - base >= max(self.settings.rtt_noise_s, halfway)
 
     def _check_flat(self) -> None:
-        """Once the rate has doubled past the ceiling's for RECENT_SAMPLES responses (so that R
-        is measured at it): if the RTT did not rise meanwhile, the server does not queue one
-        request behind another (it has several workers), so the RTTs at the ceiling were
-        unloaded ones, and U, which took them as stretched by the busy share (one worker, the
-        worst case), is raised to them."""
+        """Once the rate has stayed at FLAT_RATE_FACTOR times the ceiling's or more for
+        RECENT_SAMPLES responses (so that R is measured there): if the RTT did not rise
+        meanwhile, the server does not queue one request behind another (it has several
+        workers), so the RTTs at the ceiling were unloaded ones, and U, which took them as
+        stretched by the busy share (one worker, the worst case), gets the ceiling's RTT as
+        its floor."""
         if self._ceiling_rate is None:
             return
         if self._rate_at_start < FLAT_RATE_FACTOR * self._ceiling_rate:
