@@ -38,13 +38,19 @@ def test_bad_input_gives_one_line_and_exit_2(argv, fragment, capsys):
     assert "Traceback" not in err
 
 
-def test_bad_config_values_are_named(tmp_path, capsys):
+def config_error(tmp_path, capsys, toml: str) -> str:
+    """`crawl --config` with `toml`: checks that it exits 2 with one line, and returns it."""
     config = tmp_path / "crawl.toml"
-    config.write_text("[scheduling]\nmax_connections = -3\nno_such_setting = 1\n")
+    config.write_text(toml + "\n")
     code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
     assert code == 2
-    assert "max_connections" in err or "no_such_setting" in err
     assert len(err.strip().splitlines()) == 1
+    return err.strip()
+
+
+def test_bad_config_values_are_named(tmp_path, capsys):
+    err = config_error(tmp_path, capsys, "[scheduling]\nmax_connections = -3\nno_such_setting = 1")
+    assert "max_connections" in err or "no_such_setting" in err
 
 
 def test_sql_error_is_one_line(tmp_path, capsys):
@@ -62,11 +68,7 @@ def test_sql_error_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("names", ['["*"]', '[""]', '["utm_*", "**"]'])
 def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names):
-    config = tmp_path / "crawl.toml"
-    config.write_text(f"[limits]\nstrip_params = {names}\n")
-    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
-    assert code == 2
-    assert "strip_params" in err and len(err.strip().splitlines()) == 1
+    assert "strip_params" in config_error(tmp_path, capsys, f"[limits]\nstrip_params = {names}")
 
 
 def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, monkeypatch):
@@ -133,11 +135,7 @@ def test_a_request_refuses_since_without_incremental():
     ],
 )
 def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, message):
-    config = tmp_path / "crawl.toml"
-    config.write_text(line + "\n")
-    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
-    assert code == 2
-    assert err.strip() == f"crawlflow: error: {message}"
+    assert config_error(tmp_path, capsys, line) == f"crawlflow: error: {message}"
 
 
 @pytest.mark.parametrize(
@@ -159,11 +157,7 @@ def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, me
 )
 def test_a_value_of_the_wrong_type_is_a_one_line_error(tmp_path, capsys, table, message):
     # Every section is strict: `true` is not 1, "7" is not 7, inf is no timeout.
-    config = tmp_path / "crawl.toml"
-    config.write_text(table + "\n")
-    code, err = run(["crawl", "--config", str(config), "http://example.com/"], capsys)
-    assert code == 2
-    assert err.strip() == f"crawlflow: error: {message}"
+    assert config_error(tmp_path, capsys, table) == f"crawlflow: error: {message}"
 
 
 def test_the_request_checks_the_quality_file_and_since_for_the_command(tmp_path, capsys):
