@@ -212,11 +212,13 @@ class RayFleet(Fleet):
             )
             for node in plan.nodes
         ]
-        # The nodes are created first: Ray gives actors the worker processes it started with
-        # it (one per CPU, their Python and Ray already loaded) in the order they are created,
-        # and starts a new process for each actor beyond those, half a second before it can
-        # build the actor. The shared state, small and mostly waiting, can take those.
-        # No CPU is reserved for it.
+        # The nodes are created, and waited for, before the shared state: Ray gives actors the
+        # worker processes it started with it (one per CPU, Python and Ray loaded) in the order
+        # they are created, and a node's start (importing the crawler, a quarter of a second)
+        # is what the crawl waits for. The shared state, small and mostly waiting, starts
+        # beside the crawl's first requests; the nodes' calls to it wait until it is up.
+        ray.get([node.actor.status.remote() for node in self.launched])
+        # No CPU is reserved for the shared state.
         self.shards = [
             ray.remote(BloomShard)
             .options(num_cpus=0)
@@ -233,8 +235,8 @@ class RayFleet(Fleet):
             )
         )
         self._exchange = RayExchange(self.exchange_actor)
-        # Wait until every node is up and connected, so that the crawl's clock starts with the
-        # nodes ready; the coordinator starts them once it has seeded or restored them all.
+        # Connected before the coordinator starts them (an actor taking calls on several
+        # threads runs them in no set order).
         ray.get([node.actor.connect.remote(self.exchange_actor) for node in self.launched])
 
     @property
