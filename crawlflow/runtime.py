@@ -21,9 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +73,8 @@ class PrefectServer:
 
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
         """True once the API answers; False if the process exited first (port taken)."""
+        import urllib.request  # only here: the command starts the server before anything else
+
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -98,12 +98,27 @@ class PrefectServer:
 
 
 def boot_prefect_server() -> PrefectServer | None:
-    """The temporary server's process, started at once unless the environment names a server
-    or Prefect is imported already (a test harness): it boots while the command reads
-    Prefect's settings (importing Prefect, about a second) and starts Ray."""
+    """The temporary server's process (the one the command's entry point started, if it did),
+    started at once unless the environment names a server or Prefect is imported already (a
+    test harness): it boots while the command reads Prefect's settings (importing Prefect,
+    about a second) and starts Ray."""
+    global _booted_by_entry_point
+    if _booted_by_entry_point is not None:
+        server, _booted_by_entry_point = _booted_by_entry_point, None
+        return server
     if os.environ.get("PREFECT_API_URL") or "prefect" in sys.modules:
         return None
     return PrefectServer()
+
+
+def boot_for_the_command() -> None:
+    """Start the temporary server's process now, for the command's crawl to run on
+    (crawlflow/entry.py)."""
+    global _booted_by_entry_point
+    _booted_by_entry_point = boot_prefect_server()
+
+
+_booted_by_entry_point: PrefectServer | None = None
 
 
 def start_prefect_server(booting: PrefectServer | None = None) -> PrefectServer | None:
@@ -159,6 +174,8 @@ def crawl_runtime() -> Iterator[None]:
     # racing with each other's warning filters let urllib3 print a stray warning.
     with _collector_paused():
         from runtime.ray_backend import COMMAND_RAY, ensure_ray
+    from concurrent.futures import ThreadPoolExecutor
+
     try:
         with _collector_paused(), ThreadPoolExecutor(max_workers=1) as pool:
             # Prefect's settings and the flow's imports keep a core busy while Ray's start,

@@ -108,6 +108,36 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
 
 
+def _processes_with_environment(entry: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and entry.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours
+    return found
+
+
+def test_a_crawl_command_line_that_turns_out_wrong_leaves_no_server_running(tmp_path):
+    """The entry point starts a crawl's server before the command line is parsed; a wrong
+    one still ends in one line and exit code 2, and the server is stopped with the command."""
+    marker = f"CRAWLFLOW_TEST_RUN=wrong-seed-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path), marker.split("=")[0]: marker.split("=")[1]}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(
+        [CRAWLFLOW, "crawl", "ht!tp://nowhere"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "crawlflow: error: bad seed: unsupported scheme in 'ht!tp://nowhere' (only http and https)"
+    ]
+    deadline = time.monotonic() + 30
+    while _processes_with_environment(marker):
+        assert time.monotonic() < deadline, "the temporary Prefect server is still running"
+        time.sleep(0.2)
+
+
 def test_stopping_a_local_ray_ends_all_its_processes():
     """The monitor is stopped first (a second faster); nothing of that Ray is left running."""
     script = (
