@@ -278,7 +278,9 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
         if aggregate.by_type is None:
             yield None, lower
             continue
-        packings = [{type_name: min_slack_bins(instance, type_name, task_ids, power)
+        exact = aggregate.bins or {}
+        packings = [{type_name: exact[type_name] if type_name in exact
+                     else min_slack_bins(instance, type_name, task_ids, power)
                      for type_name, task_ids in aggregate.by_type.items()}
                     for power in SCARCITY_POWERS]
         # Recorded before the packings are yielded: the caller may stop at any yield.
