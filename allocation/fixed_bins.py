@@ -58,6 +58,10 @@ class BinSearch:
         # True once more time cannot help: no move left, or GIVE_UP_STEPS without progress.
         self.stuck = self._search is None or self._search.assign is None
 
+    @property
+    def steps(self) -> int:
+        return self._search.steps if self._search is not None else 0
+
     def run(self, deadline: Callable[[], bool]) -> Packing | None:
         """The packing, or None at the deadline (resumable unless ``stuck``) or when stuck."""
         search = self._search

@@ -24,7 +24,7 @@ from allocation.cbc import has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
-from allocation.fixed_bins import pack_on_bins
+from allocation.fixed_bins import STEPS_PER_CHECK, BinSearch, pack_on_bins
 from allocation.heuristics import improve, several_ffd
 from allocation.master import restricted_master
 from allocation.milp import OPTIMAL, TIME_LIMIT, MilpResult, solve_milp
@@ -273,14 +273,33 @@ def test_pack_on_bins_finds_an_exact_fill_that_greedy_packing_misses() -> None:
     check(instance, packed)
 
 
+def test_a_bin_search_stopped_at_its_deadline_resumes_where_it_stopped() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=6, seed=3))
+    search = BinSearch(instance, ["n"] * 6, several_ffd(instance)[0])
+    assert search.run(deadline=lambda: True) is None  # stopped after its first 20 steps
+    assert not search.stuck and search.steps == STEPS_PER_CHECK
+    checks = iter(range(500))
+    packed = search.run(deadline=lambda: next(checks, None) is None)
+    assert packed is not None and len(packed["n"]) == 6
+    check(instance, packed)
+    # 20 units on one node of 10: no move is left; it says so, and running again changes nothing.
+    hopeless = BinSearch(instance, ["n"], several_ffd(instance)[0])
+    assert hopeless.run(deadline=lambda: False) is None and hopeless.stuck
+    assert hopeless.run(deadline=lambda: False) is None
+
+
 def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
                         exact_fill(nodes=4, seed=1))
     bloated = {"n": [[task.id] for task in instance.tasks]}  # one node per task: 16
-    shrunk = list(milp._shrunk(instance, bloated, CpuClock(30), share=1.0))
+    shrunk = list(milp._shrunk(instance, bloated, 0.0, CpuClock(30), share=1.0))
     assert [len(p["n"]) for p in shrunk] == list(range(15, 3, -1))  # down to the volume's 4
     for packing in shrunk:
         check(instance, packing)
+    # Told that no plan costs less than 6 nodes, it does not try 5.
+    bounded = list(milp._shrunk(instance, bloated, 6.0, CpuClock(30), share=1.0))
+    assert [len(p["n"]) for p in bounded] == list(range(15, 5, -1))
 
 
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
