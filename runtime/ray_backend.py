@@ -95,7 +95,7 @@ COMMAND_RAY = CommandRay()
 
 class RayExchange:
     """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView).
-    A node's is connected to the actor after the node is built (see RayFleet)."""
+    A node's adapter is built with the node and given the actor later (see RayFleet)."""
 
     def __init__(self, actor: Any = None) -> None:
         self.actor = actor
@@ -184,6 +184,11 @@ class RayNode:
     def expire(self) -> int:
         return self._get(self.actor.expire.remote())
 
+    def connect(self, exchange: Any) -> None:
+        """Give the node the exchange actor; waited for: the actor takes calls on several
+        threads, in no set order, and the coordinator starts it next."""
+        self._get(self.actor.connect.remote(exchange))
+
 
 class RayFleet(Fleet):
     """Started with Ray (local, or the cluster at RAY_ADDRESS): the shared state, then the
@@ -235,8 +240,7 @@ class RayFleet(Fleet):
             )
         )
         self._exchange = RayExchange(self.exchange_actor)
-        # Connected before the coordinator starts them (an actor taking calls on several
-        # threads runs them in no set order).
+        # Connected before the coordinator starts them (see RayNode.connect), all at once.
         ray.get([node.actor.connect.remote(self.exchange_actor) for node in self.launched])
 
     @property
@@ -264,8 +268,7 @@ class RayFleet(Fleet):
         cores)."""
         free = ray.available_resources().get("CPU", 0.0)
         node = self._launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
-        # Waited for: the actor takes calls on several threads, in no set order.
-        node._get(node.actor.connect.remote(self.exchange_actor))
+        node.connect(self.exchange_actor)
         return node
 
     def stop(self) -> list[NodeStatus]:
