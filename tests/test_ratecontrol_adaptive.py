@@ -153,9 +153,41 @@ def ban(controller: AdaptiveRateController, now: float, start_delay: float = 0.0
     return start + 0.001
 
 
-def test_adaptive_first_ban_backs_off_to_a_quarter() -> None:
+def test_adaptive_starts_at_the_ceiling() -> None:
+    # The ceiling (busy at most 1/3 of the time) is the bound for a server not yet known, so
+    # the first RTT puts the pace there at once: no climb from initial_delay_s.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    assert controller.delay_s == 1.0  # initial_delay_s until an RTT is known
+    clean_responses(controller, 0.0, 1, rtt=0.004)
+    assert controller.delay_s == pytest.approx(3 * 0.004)
+    # Crawl-delay still wins.
+    slow = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    slow.set_floor_delay(0.5)
+    clean_responses(slow, 0.0, 1, rtt=0.004)
+    assert slow.current_delay() == 0.5
+
+
+def test_adaptive_first_ban_at_the_ceiling_start_restarts_at_the_rate_allowed() -> None:
+    # A ban at the ceiling's pace says only that the limit is below it (by up to 30x on a
+    # fast server): the pace restarts at the pages served over the time until the pause ends,
+    # under slow start, and no target is guessed from the ban rate.
     controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
     now = clean_responses(controller, 0.0, 12)
+    assert not controller.proven_fast
+    now = ban(controller, now)  # Retry-After: 1 s
+    assert controller.rate == pytest.approx(12 / (now + 1.0))
+    assert controller.target is None and controller.slow_start
+    # The next ban is an ordinary one: it backs off and measures the rate served since.
+    now = ban(controller, clean_responses(controller, now, 20))
+    assert controller.target is not None
+
+
+def test_adaptive_first_ban_backs_off_to_a_quarter() -> None:
+    # Once the server has shown it is fast, slow start runs above the ceiling: its first ban
+    # backs off to a quarter and guesses the limit below the rate that drew it.
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    now = clean_responses(controller, 0.0, 30)
+    assert controller.proven_fast and controller.slow_start
     banned_at = controller.rate
     ban(controller, now)
     assert controller.rate == pytest.approx(banned_at / 4)
@@ -237,13 +269,14 @@ def test_adaptive_honours_retry_after() -> None:
 
 def test_adaptive_slow_start_ignores_idle_time() -> None:
     controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
-    controller.on_request_start(0.0)
-    controller.on_response(0.01, 0.01, 200, None)
-    controller.on_request_start(3600.0)  # no URLs for an hour
-    controller.on_response(3600.01, 0.01, 200, None)
-    # Growth is per response by its own pacing (1 s at 1/s: two doublings, then 0.25 s at 4/s:
-    # half a doubling), not by the hour that passed in between.
-    assert controller.rate == pytest.approx(2**2.5)
+    now = clean_responses(controller, 0.0, 30)
+    assert controller.proven_fast and controller.slow_start
+    rate = controller.rate
+    controller.on_request_start(now + 3600.0)  # no URLs for an hour
+    controller.on_response(now + 3600.001, 0.001, 200, None)
+    # Growth is per response by its own pacing (1/rate: that share of a doubling), not by
+    # the hour that passed in between.
+    assert controller.rate == pytest.approx(rate * 2.0 ** (1.0 / rate / 0.5))
 
 
 def test_adaptive_slows_down_when_rtt_inflates() -> None:

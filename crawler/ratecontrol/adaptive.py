@@ -144,6 +144,9 @@ class AdaptiveRateController(PacedController):
         )
         self.slow_start = True
         self.proven_fast = False
+        # Paced at the ceiling since the first RTT, no ban yet (see _observe_rtt).
+        self._at_ceiling_start = False
+        self._first_start: float | None = None
         # The current RTT when the ceiling lifted: what slow start measures its rise against.
         self._ceiling_rtt: float | None = None
         # ...and the rate then, until the RTT has shown whether it rises with the rate, and
@@ -192,6 +195,8 @@ class AdaptiveRateController(PacedController):
         self.rate = min(self._max_rate(), max(1.0 / self.settings.max_delay_s, rate))
 
     def on_request_start(self, now: float) -> None:
+        if self._first_start is None:
+            self._first_start = now
         if self._ready_at is not None:
             self._idle_since_ban += max(0.0, now - self._ready_at)
             self._ready_at = None
@@ -216,7 +221,14 @@ class AdaptiveRateController(PacedController):
         # The busy share from the RTT expected before this answer: judged by its own RTT, the
         # fast answers would pass as unloaded and the slow ones not.
         self.queueing.observe(rtt_s, self._duty_at_start)
+        first = self.rtt.srtt is None
         super()._observe_rtt(now, rtt_s)
+        if first and self.target is None:
+            # The ceiling is the politeness bound for a server not yet known (busy 1/3 of the
+            # time), so it is where the pace starts once an RTT puts it somewhere: climbing to
+            # it from initial_delay_s would take about 2 x initial_delay_s on any server.
+            self._set_rate(math.inf)
+            self._at_ceiling_start = True
 
     def inflation(self) -> float | None:
         """R/U, the RTT inflation (see the class notes); None until U is known."""
@@ -269,8 +281,27 @@ class AdaptiveRateController(PacedController):
             served = max(served, self._held_target)
         return cfg.served_target_share * served, True
 
+    def _restart_after_ceiling_ban(self, now: float) -> None:
+        """The first ban at the ceiling's pace, where the first RTT put it: that rate says only
+        that the limit is below it, by up to 30x on a fast server, so no target is guessed from
+        it. The pace restarts, under slow start, at the pages served from the first request to
+        the end of the pause the server asked for (a token bucket's rate when its burst lasts
+        as long as that pause, and slow start climbs from below if it lasts longer), and the
+        next ban measures the rate served since this one, as later bans do."""
+        self._at_ceiling_start = False
+        first_start = now if self._first_start is None else self._first_start
+        allowed_s = max(self.pause_until, now) - first_start
+        if allowed_s > 0:
+            self._set_rate(self._pages_since_ban / allowed_s)
+        self._last_ban_at = now
+        self._pages_since_ban = 0
+        self._idle_since_ban = 0.0
+
     def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
         cfg = self.settings
+        if outcome is ResponseKind.BAN and self._at_ceiling_start:
+            self._restart_after_ceiling_ban(now)
+            return
         if outcome is ResponseKind.BAN:
             # Slow start (and the ceiling's pace, which may be far above a limit) runs past a
             # token bucket's rate until the burst is spent, by a factor of 2**(burst seconds /
@@ -387,6 +418,7 @@ class AdaptiveRateController(PacedController):
             self._proof_streak += 1
             self.proven_fast = self._proof_streak >= PROOF_SAMPLES
             if self.proven_fast:
+                self._at_ceiling_start = False
                 self._ceiling_rtt = self.queueing.current_s
                 self._ceiling_rate = self._rate_at_start
         else:
