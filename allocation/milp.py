@@ -20,22 +20,25 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
    (``allocation.aggregate``, solved by HiGHS with conflict cliques added in rounds): per type
    an integer node count whose summed capacity holds the
-   summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
-   LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
-   ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
-   leave room for the packing loss) are packed type by type with minimum bin slack
-   (``allocation.packing``), each then losing the bins whose tasks fit in the others;
-   the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
+   summed demand of the tasks sent to it, except that a type with few feasible task sets (few
+   tasks per node) is modelled exactly by them. Its optimum is a lower bound at least the
+   assignment LP's (node counts and task -> type choices stay whole) and enters the full model
+   as the cut ``cost >= bound``; its task -> type choices (also with capacities scaled down a
+   little, to leave room for the packing loss) are packed type by type with minimum bin slack
+   (``allocation.packing``; the exactly modelled types come packed), each then losing the bins
+   whose tasks fit in the others; the bound's relaxation also carries packing cuts
+   (``allocation.aggregate.packing_cuts``);
 2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
    bound), those plus one node of a type or with one node exchanged for one of another type (a
    plan within one node's price of it), and the relaxations' at the lower capacity shares; a
-   short first pass over all of them, then the ones that failed with the time left. The greedy
-   packers fill nodes one at a time and often need a node more than the counts allow; the
-   search repairs a whole assignment;
+   short first pass over all of them, then the ones that failed with the time left, each
+   search resumed where the first pass stopped it. The greedy packers fill nodes one at a time
+   and often need a node more than the counts allow; the search repairs a whole assignment;
 3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
-   (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
+   (else the next type; never below the lower bound) and repack every task on the rest with
+   ``pack_on_bins``, from that plan;
 4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
 5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that

@@ -156,9 +156,11 @@ def test_feasible_sets_are_every_set_of_tasks_that_fits_one_node() -> None:
         for members in itertools.combinations(range(len(tasks)), size)
         if sum((tasks[a].demand for a in members[1:]), tasks[members[0]].demand
                ).fits_in(nt.capacity))
-    found = feasible_sets(nt, tasks, limit=10_000)
+    found = feasible_sets(nt, tasks, limit=10_000, max_tasks=len(tasks))
     assert found is not None and sorted(found) == expected
-    assert feasible_sets(nt, tasks, limit=len(expected) - 1) is None
+    assert feasible_sets(nt, tasks, limit=len(expected) - 1, max_tasks=len(tasks)) is None
+    largest = max(len(members) for members in expected)
+    assert feasible_sets(nt, tasks, limit=10_000, max_tasks=largest - 1) is None
 
 
 def test_feasible_sets_bound_what_pooled_volume_and_cuts_miss() -> None:
