@@ -43,20 +43,43 @@ def pack_on_bins(instance: Instance, bin_types: Sequence[str], start: Packing,
     or None if the search ends without one (at its deadline, or GIVE_UP_STEPS steps after its
     last progress). ``start`` (a packing, possibly with
     other node counts) gives the first assignment."""
-    if not bin_types:
-        return None
-    search = _Search(instance, list(bin_types), start, random.Random(seed))
-    if search.assign is None:
-        return None
-    while search.total > 0:
-        for _ in range(STEPS_PER_CHECK):
-            if not search.step():
-                return None
-            if search.total <= 0:
-                break
-        if search.total > 0 and (deadline() or search.steps - search.best_step > GIVE_UP_STEPS):
+    return BinSearch(instance, bin_types, start, seed).run(deadline)
+
+
+class BinSearch:
+    """``pack_on_bins`` as a search that can be stopped at a deadline and resumed later from
+    where it stopped (the MILP gives every node count a short first try, then more time to the
+    ones that failed: resuming keeps the progress of the first try)."""
+
+    def __init__(self, instance: Instance, bin_types: Sequence[str], start: Packing,
+                 seed: int = 0) -> None:
+        self._search = (_Search(instance, list(bin_types), start, random.Random(seed))
+                        if bin_types else None)
+        # True once more time cannot help: no move left, or GIVE_UP_STEPS without progress.
+        self.stuck = self._search is None or self._search.assign is None
+
+    @property
+    def steps(self) -> int:
+        return self._search.steps if self._search is not None else 0
+
+    def run(self, deadline: Callable[[], bool]) -> Packing | None:
+        """The packing, or None at the deadline (resumable unless ``stuck``) or when stuck."""
+        search = self._search
+        if self.stuck or search is None:
             return None
-    return search.packing()
+        while search.total > 0:
+            for _ in range(STEPS_PER_CHECK):
+                if not search.step():
+                    self.stuck = True
+                    return None
+                if search.total <= 0:
+                    break
+            if search.total > 0 and search.steps - search.best_step > GIVE_UP_STEPS:
+                self.stuck = True
+                return None
+            if search.total > 0 and deadline():
+                return None
+        return search.packing()
 
 
 class _Search:

@@ -20,22 +20,25 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    task orders and type rankings (``allocation.heuristics``), and the aggregated relaxation
    (``allocation.aggregate``, solved by HiGHS with conflict cliques added in rounds): per type
    an integer node count whose summed capacity holds the
-   summed demand of the tasks sent to it. Its optimum is a lower bound at least the assignment
-   LP's (node counts and task -> type choices stay whole) and enters the full model as the cut
-   ``cost >= bound``; its task -> type choices (also with capacities scaled down a little, to
-   leave room for the packing loss) are packed type by type with minimum bin slack
-   (``allocation.packing``), each then losing the bins whose tasks fit in the others;
-   the bound's relaxation also carries packing cuts (``allocation.aggregate.packing_cuts``);
+   summed demand of the tasks sent to it, except that a type with few feasible task sets (few
+   tasks per node) is modelled exactly by them. Its optimum is a lower bound at least the
+   assignment LP's (node counts and task -> type choices stay whole) and enters the full model
+   as the cut ``cost >= bound``; its task -> type choices (also with capacities scaled down a
+   little, to leave room for the packing loss) are packed type by type with minimum bin slack
+   (``allocation.packing``; the exactly modelled types come packed), each then losing the bins
+   whose tasks fit in the others; the bound's relaxation also carries packing cuts
+   (``allocation.aggregate.packing_cuts``);
 2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
    bound), those plus one node of a type or with one node exchanged for one of another type (a
    plan within one node's price of it), and the relaxations' at the lower capacity shares; a
-   short first pass over all of them, then the ones that failed with the time left. The greedy
-   packers fill nodes one at a time and often need a node more than the counts allow; the
-   search repairs a whole assignment;
+   short first pass over all of them, then the ones that failed with the time left, each
+   search resumed where the first pass stopped it. The greedy packers fill nodes one at a time
+   and often need a node more than the counts allow; the search repairs a whole assignment;
 3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
-   (else the next type) and repack every task on the rest with ``pack_on_bins``, from that plan;
+   (else the next type; never below the lower bound) and repack every task on the rest with
+   ``pack_on_bins``, from that plan;
 4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
 5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
@@ -70,7 +73,7 @@ from allocation.aggregate import Aggregate, solve_aggregate
 from allocation.cbc import SolverUnavailable, check_cbc, has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
-from allocation.fixed_bins import pack_on_bins
+from allocation.fixed_bins import BinSearch, pack_on_bins
 from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
 from allocation.model import (
@@ -180,7 +183,7 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
                 break
 
     if not closed() and candidates:
-        for shrunk in _shrunk(instance, best(), clock, SHRINK_SHARE):
+        for shrunk in _shrunk(instance, best(), lower, clock, SHRINK_SHARE):
             candidates.append(shrunk)
             if closed():
                 break
@@ -278,7 +281,9 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
         if aggregate.by_type is None:
             yield None, lower
             continue
-        packings = [{type_name: min_slack_bins(instance, type_name, task_ids, power)
+        exact = aggregate.bins or {}
+        packings = [{type_name: exact[type_name] if type_name in exact
+                     else min_slack_bins(instance, type_name, task_ids, power)
                      for type_name, task_ids in aggregate.by_type.items()}
                     for power in SCARCITY_POWERS]
         # Recorded before the packings are yielded: the caller may stop at any yield.
@@ -299,8 +304,9 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
     Two passes: first every trial for QUICK_TRIAL_S (most counts that pack at all pack within a
     few hundred moves, and the cheapest ones often cannot pack: a pass that gave them the time
     first never reached the dearer ones that do), then the trials that failed, cheapest first,
-    again from another random seed, the first with half of the CPU time left before ``share``
-    of the limit, each later one an equal part of what remains."""
+    each search resumed where it stopped (or restarted from another random seed if it was
+    stuck), the first with half of the CPU time left before ``share`` of the limit, each later
+    one an equal part of what remains."""
     trials: dict[tuple[str, ...], tuple[float, Packing]] = {}
     for capacity_share, aggregate, packings in relaxations:
         if aggregate.nodes is None:
@@ -325,33 +331,35 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
             if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
                 trials[key] = (cost, start)
     ordered = sorted(trials.items(), key=lambda item: item[1][0])
-    failed = []
+    failed: list[tuple[float, BinSearch]] = []
     for bins, (cost, start) in ordered:
         if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
             break
+        search = BinSearch(instance, bins, start)
         stop = clock.elapsed() + min(QUICK_TRIAL_S, clock.until(share))
-        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop)
+        packing = search.run(lambda stop=stop: clock.elapsed() >= stop)
         if packing is not None:
             yield packing
         else:
-            failed.append((bins, cost, start))
-    for position, (bins, cost, start) in enumerate(failed):
+            if search.stuck:
+                search = BinSearch(instance, bins, start, seed=1)
+            failed.append((cost, search))
+    for position, (cost, search) in enumerate(failed):
         if cost >= cost_to_beat() - TOLERANCE or clock.until(share) <= 0:
             return
         part = 0.5 if position == 0 else 1 / (len(failed) - position)
         stop = clock.elapsed() + part * clock.until(share)
-        packing = pack_on_bins(instance, bins, start, lambda stop=stop: clock.elapsed() >= stop,
-                               seed=1)
+        packing = search.run(lambda stop=stop: clock.elapsed() >= stop)
         if packing is not None:
             yield packing
 
 
-def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
+def _shrunk(instance: Instance, packing: Packing, lower: float, clock: CpuClock, share: float
             ) -> Iterator[Packing]:
     """Plans with one node fewer than the last, each by ``pack_on_bins`` from the last: the node
     dropped is of the type whose last node saves the most that can spare one, else the next
-    type. Stops when no type can spare a node or at ``share`` of the limit; each trial gets half
-    of the CPU time left."""
+    type (nodes that would cost less than ``lower`` are not tried). Stops when no type can spare
+    a node or at ``share`` of the limit; each trial gets half of the CPU time left."""
     current = packing
     while clock.until(share) > 0:
         counts = {name: len(bins) for name, bins in current.items() if bins}
@@ -360,6 +368,8 @@ def _shrunk(instance: Instance, packing: Packing, clock: CpuClock, share: float
         for name in by_saving:
             bins = tuple(t for t, count in counts.items()
                          for _ in range(count - (t == name)))
+            if _bins_cost(instance, bins) < lower - TOLERANCE:
+                continue  # cheaper than the lower bound: no packing exists
             stop = clock.elapsed() + 0.5 * clock.until(share)
             shrunk = pack_on_bins(instance, bins, current,
                                   lambda stop=stop: clock.elapsed() >= stop)

@@ -5,7 +5,8 @@ and runs the real `crawlflow crawl ROOT1 ROOT2 --allow-private` as a subprocess,
 would, several times. The phases are read from what the command prints anyway, each line
 stamped when it arrives: "Starting temporary Prefect server on URL" (or Prefect's own
 "Starting temporary server on URL" from versions that left it to Prefect; the bench then polls
-the server's /api/health to see when it answers), Ray's token-authentication notice and "Started a
+the server's /api/health to see when it answers; when the server's process started is read
+from /proc), Ray's token-authentication notice and "Started a
 local Ray instance", "Beginning flow run", each task's "Finished in state", the flow's, the last
 line of the summary, and the exit. Nothing in the product is there for the benchmark.
 
@@ -71,8 +72,8 @@ TASK_DONE = re.compile(r"Task run '(.+)-[0-9a-f]{3}' - Finished in state")
 CRAWL_DONE = re.compile(r"crawl done in ([\d.]+)s: (\d+) pages")
 # Each phase: (label, start marker, end marker); markers are times in seconds since launch.
 PHASES = [
-    ("CLI start-up and imports, until the Prefect server starts", "launch", "server_start"),
-    ("Prefect server start (its start line to API healthy)", "server_start", "server_ready"),
+    ("CLI start-up, until the Prefect server's process starts", "launch", "server_process"),
+    ("Prefect server boot (its process start to API healthy)", "server_process", "server_ready"),
     ("Ray start (ray.init)", "ray_start", "ray_ready"),
     ("flow run start (after the API and imports)", "server_ready", "flow_start"),
     ("plan, checkpoint, allocate tasks (bookkeeping)", "flow_start", "task:allocate"),
@@ -153,12 +154,15 @@ def _note(run: Run, line: str, now: float, launched: float) -> None:
 class TreeCpu:
     """The CPU time (user + system) of a process and all its descendants, read from /proc
     every SAMPLE_S; a process keeps its last reading once it has ended. (The usage the kernel
-    reports for waited-for children misses Ray's workers: about 5 s of a crawl's 13.)"""
+    reports for waited-for children misses Ray's workers: about 5 s of a crawl's 13.) Also
+    when the Prefect server's process started, after the root's start (the kernel's start
+    times, in clock ticks)."""
 
     def __init__(self, root: int) -> None:
         self.root = root
         self.last: dict[int, float] = {}
         self.tick = os.sysconf("SC_CLK_TCK")
+        self.server_started_s: float | None = None
 
     def _tree(self) -> set[int]:
         children: dict[int, list[int]] = {}
@@ -181,6 +185,10 @@ class TreeCpu:
             if stat is None or stat[0] == "Z":
                 continue
             running += 1
+            if pid not in self.last and self.server_started_s is None and _is_server(pid):
+                root = _read_stat(str(self.root))
+                if root is not None:
+                    self.server_started_s = (int(stat[19]) - int(root[19])) / self.tick
             self.last[pid] = (int(stat[11]) + int(stat[12])) / self.tick
         return running
 
@@ -197,6 +205,13 @@ def _read_stat(pid: str) -> list[str] | None:
         return None
 
 
+def _is_server(pid: int) -> bool:
+    try:
+        return b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _reap_zombies() -> None:
     """Reap what the command left to this process (its subreaper) once it ended."""
     with contextlib.suppress(ChildProcessError):
@@ -210,6 +225,8 @@ def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run) -> None:
     deadline = None
     while True:
         running = cpu.sample()
+        if cpu.server_started_s is not None:
+            run.markers.setdefault("server_process", cpu.server_started_s)
         if process.poll() is not None:
             _reap_zombies()
             deadline = deadline or time.monotonic() + DESCENDANTS_TIMEOUT_S

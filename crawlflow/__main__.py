@@ -1,3 +1,3 @@
-from crawlflow.cli import main
+from crawlflow.entry import main
 
 main()

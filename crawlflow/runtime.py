@@ -5,24 +5,23 @@ imports the whole server into this process to do so), and the launch task starts
 once the plan is made: one after the other, several seconds each. Here the server process is
 started first, so that it boots while this process imports the flow and starts Ray. It is the
 server Prefect's ephemeral mode runs (`prefect.server.api.server:create_app` under uvicorn, no
-UI, only the services an ephemeral server runs, the database in PREFECT_HOME), and it stops
-when the command exits. A server the settings already name (PREFECT_API_URL, in the
-environment or the active profile) is used as it is.
+UI, only the services an ephemeral server runs, the database in PREFECT_HOME; built with the
+garbage collector paused, crawlflow/prefect_app.py), and it stops when the command exits. A
+server the settings already name (PREFECT_API_URL, in the environment or the active profile)
+is used as it is.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +49,7 @@ class PrefectServer:
                 "-m",
                 "uvicorn",
                 "--factory",
-                "prefect.server.api.server:create_app",
+                "crawlflow.prefect_app:create_app",
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -68,9 +67,14 @@ class PrefectServer:
                 "PREFECT__SERVER_FINAL": "1",
             },
         )
+        # Registered before Prefect registers its own exit handlers (they run in reverse
+        # order): the server stops after Prefect has sent its last logs and events.
+        atexit.register(self.stop)
 
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
         """True once the API answers; False if the process exited first (port taken)."""
+        import urllib.request  # only here: the command starts the server before anything else
+
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -93,24 +97,43 @@ class PrefectServer:
             self.process.terminate()
 
 
-def start_prefect_server() -> PrefectServer | None:
-    """Start a temporary server unless the settings name one. It stops at exit, after
-    Prefect has sent its last logs and events: atexit runs handlers in reverse order, and
-    Prefect registers its own later."""
+def boot_prefect_server() -> PrefectServer | None:
+    """The temporary server's process (the one the command's entry point started, if it did),
+    started at once unless the environment names a server or Prefect is imported already (a
+    test harness): it boots while the command reads Prefect's settings (importing Prefect,
+    about a second) and starts Ray."""
+    global _booted_by_entry_point
+    if _booted_by_entry_point is not None:
+        server, _booted_by_entry_point = _booted_by_entry_point, None
+        return server
+    if os.environ.get("PREFECT_API_URL") or "prefect" in sys.modules:
+        return None
+    return PrefectServer()
+
+
+def boot_for_the_command() -> None:
+    """Start the temporary server's process now, for the command's crawl to run on
+    (crawlflow/entry.py)."""
+    global _booted_by_entry_point
+    _booted_by_entry_point = boot_prefect_server()
+
+
+_booted_by_entry_point: PrefectServer | None = None
+
+
+def start_prefect_server(booting: PrefectServer | None = None) -> PrefectServer | None:
+    """The temporary server to run on (`booting`, or one started now), unless the settings
+    name a server (the active profile, a settings file): `booting` is stopped then. It
+    stops when the command exits."""
     if os.environ.get("PREFECT_API_URL"):
         return None
-    # Unless Prefect is imported already, the server is started before the settings are read
-    # (reading them imports Prefect, about a second), and stopped again if the active profile
-    # or a settings file names a server after all.
-    server = None if "prefect" in sys.modules else PrefectServer()
     from prefect.settings import get_current_settings
 
     if get_current_settings().api.url:
-        if server is not None:
-            server.stop()
+        if booting is not None:
+            booting.stop()
         return None
-    server = server or PrefectServer()
-    atexit.register(server.stop)
+    server = booting or PrefectServer()
     print(f"Starting temporary Prefect server on {server.api_url}", file=sys.stderr, flush=True)
     return server
 
@@ -121,30 +144,48 @@ def wait_for_server(server: PrefectServer) -> PrefectServer:
         if server.wait_ready():
             return server
         server = PrefectServer()
-        atexit.register(server.stop)
     if server.wait_ready():
         return server
     raise RuntimeError(f"the Prefect server exited with code {server.process.returncode}")
 
 
 @contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while Prefect, Ray and the crawler are
+    imported (about 1.4 s of CPU beside the server's boot and Ray's processes, a tenth of it
+    the collector walking what they build again and again). What they built lives as long as
+    the command: it is moved out of the collector's reach (`gc.freeze`), which would
+    otherwise walk it all at its next collections, during the flow."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+@contextmanager
 def crawl_runtime() -> Iterator[None]:
     """Inside: a Prefect API to run the flow on, a local Ray started, and the flow imported.
-    A Ray started here is shut down on the way out, in the background: it takes
-    seconds, while the command prints its summary."""
-    server = start_prefect_server()
+    A Ray started here is shut down in the background once the crawl's fleet has stopped, or
+    on the way out (runtime.ray_backend.CommandRay)."""
+    booting = boot_prefect_server()
     # Ray and the crawler (requests) are imported before the thread below starts: imports
     # racing with each other's warning filters let urllib3 print a stray warning.
-    from runtime.ray_backend import ensure_ray
+    with _collector_paused():
+        from runtime.ray_backend import COMMAND_RAY, ensure_ray
+    from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The flow's imports (Prefect) keep a core busy while Ray's start mostly waits for the
-        # processes it starts.
-        flow_imported = pool.submit(importlib.import_module, "flows.crawl")
-        # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing failures.
-        ray_started_here = not os.environ.get("RAY_ADDRESS") and ensure_ray()
-        flow_imported.result()
     try:
+        with _collector_paused(), ThreadPoolExecutor(max_workers=1) as pool:
+            # Prefect's settings and the flow's imports keep a core busy while Ray's start,
+            # begun at once, mostly waits for the processes it starts.
+            prefect_ready = pool.submit(_prepare_prefect, booting)
+            # A cluster (RAY_ADDRESS) is joined by the launch task, which retries passing
+            # failures.
+            if not os.environ.get("RAY_ADDRESS") and ensure_ray():
+                COMMAND_RAY.hold()
+            server = prefect_ready.result()
         if server is None:
             yield
         else:
@@ -159,11 +200,17 @@ def crawl_runtime() -> Iterator[None]:
             finally:
                 del os.environ["PREFECT_API_URL"]
     finally:
-        if ray_started_here:
-            from runtime.ray_backend import stop_local_ray
+        COMMAND_RAY.release()
 
-            # Not a daemon: the interpreter waits for it before it exits.
-            threading.Thread(target=stop_local_ray, name="ray-shutdown").start()
+
+def _prepare_prefect(booting: PrefectServer | None) -> PrefectServer | None:
+    """The server to run on (see start_prefect_server), with the flow imported, and what
+    Prefect imports only once the flow is called: FastAPI's encoders, for the flow's
+    parameters (0.13 s, all of FastAPI), and its engine."""
+    server = start_prefect_server(booting)
+    for module in ("flows.crawl", "fastapi.encoders", "prefect.flow_engine"):
+        importlib.import_module(module)
+    return server
 
 
 def run_crawl(request: CrawlRequest) -> dict[str, Any]:

@@ -59,13 +59,17 @@ def print_summary(
 
 def print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:
     """The summary of the crawl in `directory` (with `extra` laid over it: a just-finished
-    crawl's own figures), its per-server table, and the rate plot written beside its output."""
-    from storage.plots import plot_host_rates
+    crawl's own figures), its per-server table, and the rate plot beside its output (drawn
+    here unless `extra` names it: the flow's report step draws it)."""
     from storage.queries import crawl_summary, per_host
     from storage.views import connect
 
     con = connect(directory)
     summary = {**crawl_summary(con), **(extra or {})}
     print_summary(summary, per_host(con))
-    png = plot_host_rates(con, directory / "host_rates.png")
+    png = summary.get("plot")
+    if png is None:
+        from storage.plots import plot_host_rates
+
+        png = plot_host_rates(con, directory / "host_rates.png")
     print(f"achieved rate per server over time: {png}")

@@ -8,6 +8,7 @@ has imported Prefect."""
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from runtime.environment import prepare_environment
@@ -56,10 +57,47 @@ def stop_local_ray() -> None:
         ray.shutdown()
 
 
-class RayExchange:
-    """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView)."""
+class CommandRay:
+    """The local Ray a command started for its crawl (crawlflow/runtime.py). It is stopped in
+    the background as soon as the first fleet launched on it has stopped: the flow then only
+    compacts its output and reports, which need no Ray, and the shutdown (a third of a second)
+    runs beside them; or when the command leaves it without having launched a fleet. The
+    shutdown thread is not a daemon: the process waits for it before it exits."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = False  # started by the command, not stopped yet
+        self._claimed = False  # a fleet will stop it
+
+    def hold(self) -> None:
+        """The command started a local Ray (`ensure_ray`) for its crawl."""
+        with self._lock:
+            self._held, self._claimed = True, False
+
+    def claim(self) -> bool:
+        """True for the first fleet launched on the command's Ray: that fleet stops it."""
+        with self._lock:
+            claimed = self._held and not self._claimed
+            self._claimed = self._claimed or claimed
+            return claimed
+
+    def release(self) -> None:
+        """Stop the command's Ray in the background, once."""
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        threading.Thread(target=stop_local_ray, name="ray-shutdown").start()
+
+
+COMMAND_RAY = CommandRay()
+
+
+class RayExchange:
+    """The exchange actor, for the nodes (ExchangeHandle) and the coordinator (ExchangeView).
+    A node's adapter is built with the node and given the actor later (see RayFleet)."""
+
+    def __init__(self, actor: Any = None) -> None:
         self.actor = actor
 
     def heartbeat(self, beat: Beat) -> Reply:
@@ -94,12 +132,17 @@ class RayFilterShard:
 
 class LinkedCrawlerNode(CrawlerNode):
     """The node actor. Its link to the shared state is built here, in the actor's process:
-    a link holds a thread and locks, which do not travel."""
+    a link holds a thread and locks, which do not travel. The link reaches the exchange actor
+    once `connect` has named it, before the node starts: the link calls it only from then."""
 
-    def __init__(self, exchange: Any, settings: NodeSettings) -> None:
+    def __init__(self, settings: NodeSettings) -> None:
         config = settings.config
-        link = PeerLink(config.exchange, config.dedup.cache_size, RayExchange(exchange))
+        self.shared_exchange = RayExchange()
+        link = PeerLink(config.exchange, config.dedup.cache_size, self.shared_exchange)
         super().__init__(settings, link)
+
+    def connect(self, exchange: Any) -> None:
+        self.shared_exchange.actor = exchange
 
 
 class RayNode:
@@ -141,6 +184,11 @@ class RayNode:
     def expire(self) -> int:
         return self._get(self.actor.expire.remote())
 
+    def connect(self, exchange: Any) -> None:
+        """Give the node the exchange actor; waited for: the actor takes calls on several
+        threads, in no set order, and the coordinator starts it next."""
+        self._get(self.actor.connect.remote(exchange))
+
 
 class RayFleet(Fleet):
     """Started with Ray (local, or the cluster at RAY_ADDRESS): the shared state, then the
@@ -149,24 +197,8 @@ class RayFleet(Fleet):
     def __init__(self, plan: FleetPlan) -> None:
         super().__init__(plan)
         ensure_ray()
+        self.stops_ray = COMMAND_RAY.claim()
         config = plan.config
-        # The shared state is small and mostly waits: no CPU reserved for it.
-        self.shards = [
-            ray.remote(BloomShard)
-            .options(num_cpus=0)
-            .remote(plan.shard_capacity, config.dedup.fp_rate)
-            for _ in range(config.dedup.shards)
-        ]
-        self.exchange_actor = (
-            ray.remote(Exchange)
-            .options(num_cpus=0)
-            .remote(
-                plan.owner,
-                shards=[RayFilterShard(shard) for shard in self.shards],
-                settings=config.exchange,
-            )
-        )
-        self._exchange = RayExchange(self.exchange_actor)
         self.launched: list[RayNode] = []  # the planned nodes and every node added since
         resources = ray.cluster_resources()
         # Each actor gets its node type's size, scaled down when the plan holds more nodes
@@ -185,9 +217,31 @@ class RayFleet(Fleet):
             )
             for node in plan.nodes
         ]
-        # Wait until every actor is up, so that the crawl's clock starts with the nodes ready;
-        # the coordinator starts them once it has seeded or restored them all.
+        # The nodes are created, and waited for, before the shared state: Ray gives actors the
+        # worker processes it started with it (one per CPU, Python and Ray loaded) in the order
+        # they are created, and a node's start (importing the crawler, a quarter of a second)
+        # is what the crawl waits for. The shared state, small and mostly waiting, starts
+        # beside the crawl's first requests; the nodes' calls to it wait until it is up.
         ray.get([node.actor.status.remote() for node in self.launched])
+        # No CPU is reserved for the shared state.
+        self.shards = [
+            ray.remote(BloomShard)
+            .options(num_cpus=0)
+            .remote(plan.shard_capacity, config.dedup.fp_rate)
+            for _ in range(config.dedup.shards)
+        ]
+        self.exchange_actor = (
+            ray.remote(Exchange)
+            .options(num_cpus=0)
+            .remote(
+                plan.owner,
+                shards=[RayFilterShard(shard) for shard in self.shards],
+                settings=config.exchange,
+            )
+        )
+        self._exchange = RayExchange(self.exchange_actor)
+        # Connected before the coordinator starts them (see RayNode.connect), all at once.
+        ray.get([node.actor.connect.remote(self.exchange_actor) for node in self.launched])
 
     @property
     def exchange(self) -> RayExchange:
@@ -203,7 +257,7 @@ class RayFleet(Fleet):
                 max_concurrency=4,
                 name=f"{plan.crawl_id}-{node_id}",
             )
-            .remote(self.exchange_actor, plan.node(node_id, hosts))
+            .remote(plan.node(node_id, hosts))
         )
         node = RayNode(node_id, actor)
         self.launched.append(node)
@@ -213,7 +267,9 @@ class RayFleet(Fleet):
         """It asks for what is left of the cluster's CPU (on one machine, it shares the
         cores)."""
         free = ray.available_resources().get("CPU", 0.0)
-        return self._launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
+        node = self._launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
+        node.connect(self.exchange_actor)
+        return node
 
     def stop(self) -> list[NodeStatus]:
         statuses = []
@@ -225,4 +281,6 @@ class RayFleet(Fleet):
             ray.kill(node.actor)
         for actor in [self.exchange_actor, *self.shards]:
             ray.kill(actor)
+        if self.stops_ray:
+            COMMAND_RAY.release()
         return statuses

@@ -4,6 +4,8 @@ behind its time budget) with crawler.coordinator until the crawl is done."""
 
 from __future__ import annotations
 
+import importlib
+import threading
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -29,6 +31,11 @@ def drive_crawl(
 ) -> dict[str, Any]:
     """`depths`: where a recrawl's known URLs among `seeds` start (crawler.recrawl.start_depths).
     Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
+    # From here the driver mostly waits on the fleet: the report step's plotting library
+    # (matplotlib, a quarter of a second) is imported meanwhile, off the flow's path.
+    threading.Thread(
+        target=importlib.import_module, args=("storage.plots",), name="import-plots", daemon=True
+    ).start()
     logger = get_run_logger()
     config = fleet.plan.config
     crawl_dir, max_pages = fleet.plan.crawl_dir, fleet.plan.max_pages

@@ -1,4 +1,5 @@
-"""Report step: summarize the crawl from its Parquet output and publish Prefect artifacts."""
+"""Report step: summarize the crawl from its Parquet output, publish Prefect artifacts, and draw
+the achieved rate per server over time beside the output (`host_rates.png`)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,7 @@ def report_crawl(out_dir: str, crawl_id: str) -> dict[str, Any]:
     lines += [f"| {key} | {value} |" for key, value in summary.items()]
     create_markdown_artifact("\n".join(lines), key="crawl-summary", description="crawl summary")
     create_table_artifact(hosts, key="crawl-hosts", description="per-host results")
-    return {"crawl_id": crawl_id, "out_dir": str(crawl_dir), **summary}
+    from storage.plots import plot_host_rates  # matplotlib: imported during the crawl task
+
+    plot = plot_host_rates(con, crawl_dir / "host_rates.png")
+    return {"crawl_id": crawl_id, "out_dir": str(crawl_dir), **summary, "plot": str(plot)}

@@ -4,6 +4,7 @@ assignment model written straight from the cost rules."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
@@ -18,12 +19,12 @@ from rich.console import Console
 from test_allocation_properties import SETTINGS, instances, or_none
 
 from allocation import cbc, highs, milp
-from allocation.aggregate import conflicts, solve_aggregate, violated_cliques
+from allocation.aggregate import conflicts, feasible_sets, solve_aggregate, violated_cliques
 from allocation.cbc import has_solution, run_cbc
 from allocation.clock import CpuClock
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
-from allocation.fixed_bins import pack_on_bins
+from allocation.fixed_bins import STEPS_PER_CHECK, BinSearch, pack_on_bins
 from allocation.heuristics import improve, several_ffd
 from allocation.master import restricted_master
 from allocation.milp import OPTIMAL, TIME_LIMIT, MilpResult, solve_milp
@@ -133,12 +134,48 @@ def test_cross_check_on_types_with_different_max_reserved() -> None:
 
 @settings(SETTINGS, max_examples=40)
 @given(instances(max_tasks=7))
-def test_the_aggregated_bound_with_its_cuts_never_exceeds_the_optimum(instance: Instance
-                                                                      ) -> None:
+def test_the_aggregated_bound_never_exceeds_the_optimum(instance: Instance) -> None:
+    # set_limit 0: every type pooled, with its packing cuts; by default these small instances
+    # have every type modelled by its feasible task sets, which can only raise the bound.
     plain = plain_model_optimum(instance)
     if plain is None:
         return
-    assert solve_aggregate(instance, 10).lower_bound <= plain + 1e-6
+    pooled = solve_aggregate(instance, 10, set_limit=0).lower_bound
+    by_sets = solve_aggregate(instance, 10).lower_bound
+    assert pooled <= by_sets + 1e-6
+    assert by_sets <= plain + 1e-6
+
+
+def test_feasible_sets_are_every_set_of_tasks_that_fits_one_node() -> None:
+    rng = random.Random(5)
+    nt = node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9)
+    tasks = [Task(f"t{i}", Resources(*(rng.uniform(0.5, 6) for _ in range(3))))
+             for i in range(9)]
+    expected = sorted(
+        list(members) for size in range(1, len(tasks) + 1)
+        for members in itertools.combinations(range(len(tasks)), size)
+        if sum((tasks[a].demand for a in members[1:]), tasks[members[0]].demand
+               ).fits_in(nt.capacity))
+    found = feasible_sets(nt, tasks, limit=10_000, max_tasks=len(tasks))
+    assert found is not None and sorted(found) == expected
+    assert feasible_sets(nt, tasks, limit=len(expected) - 1, max_tasks=len(tasks)) is None
+    largest = max(len(members) for members in expected)
+    assert feasible_sets(nt, tasks, limit=10_000, max_tasks=largest - 1) is None
+
+
+def test_feasible_sets_bound_what_pooled_volume_and_cuts_miss() -> None:
+    # No three of these five tasks fit one node together, so they need three nodes; their
+    # volume (13, 18, 18) fits two, and no dual feasible function of one dimension or conflict
+    # clique shows more: the pooled model says two nodes, the feasible sets three.
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
+                        tuple(Task(f"t{i}", Resources(*d)) for i, d in enumerate(
+                            [(6, 6, 4), (1, 6, 3), (2, 2, 1), (3, 1, 7), (1, 3, 3)])))
+    assert solve_aggregate(instance, 10, set_limit=0).lower_bound == pytest.approx(2)
+    by_sets = solve_aggregate(instance, 10)
+    assert by_sets.lower_bound == pytest.approx(3)
+    assert by_sets.bins is not None
+    check(instance, {"n": by_sets.bins["n"]})
+    assert plain_model_optimum(instance) == pytest.approx(3)
 
 
 @pytest.mark.parametrize(("sizes", "nodes"), [
@@ -150,7 +187,7 @@ def test_packing_cuts_count_the_nodes_that_the_volume_misses(sizes: tuple[float,
                                                              nodes: int) -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
                         cubes(*sizes))
-    assert solve_aggregate(instance, 10).lower_bound == pytest.approx(nodes)
+    assert solve_aggregate(instance, 10, set_limit=0).lower_bound == pytest.approx(nodes)
     assert plain_model_optimum(instance) == pytest.approx(nodes)
 
 
@@ -238,14 +275,33 @@ def test_pack_on_bins_finds_an_exact_fill_that_greedy_packing_misses() -> None:
     check(instance, packed)
 
 
+def test_a_bin_search_stopped_at_its_deadline_resumes_where_it_stopped() -> None:
+    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
+                        exact_fill(nodes=6, seed=3))
+    search = BinSearch(instance, ["n"] * 6, several_ffd(instance)[0])
+    assert search.run(deadline=lambda: True) is None  # stopped after its first 20 steps
+    assert not search.stuck and search.steps == STEPS_PER_CHECK
+    checks = iter(range(500))
+    packed = search.run(deadline=lambda: next(checks, None) is None)
+    assert packed is not None and len(packed["n"]) == 6
+    check(instance, packed)
+    # 20 units on one node of 10: no move is left; it says so, and running again changes nothing.
+    hopeless = BinSearch(instance, ["n"], several_ffd(instance)[0])
+    assert hopeless.run(deadline=lambda: False) is None and hopeless.stuck
+    assert hopeless.run(deadline=lambda: False) is None
+
+
 def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
                         exact_fill(nodes=4, seed=1))
     bloated = {"n": [[task.id] for task in instance.tasks]}  # one node per task: 16
-    shrunk = list(milp._shrunk(instance, bloated, CpuClock(30), share=1.0))
+    shrunk = list(milp._shrunk(instance, bloated, 0.0, CpuClock(30), share=1.0))
     assert [len(p["n"]) for p in shrunk] == list(range(15, 3, -1))  # down to the volume's 4
     for packing in shrunk:
         check(instance, packing)
+    # Told that no plan costs less than 6 nodes, it does not try 5.
+    bounded = list(milp._shrunk(instance, bloated, 6.0, CpuClock(30), share=1.0))
+    assert [len(p["n"]) for p in bounded] == list(range(15, 5, -1))
 
 
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:

@@ -40,6 +40,23 @@ def test_actor_processes_import_no_prefect():
     assert done.stdout.strip() == "False"
 
 
+def test_the_temporary_servers_app_is_built_with_the_collector_paused_then_running():
+    """Prefect's app, its heap frozen out of the collector's reach, the collector on again."""
+    script = (
+        "import gc\n"
+        "from crawlflow.prefect_app import create_app\n"
+        "app = create_app()\n"
+        "paths = {route.path for route in app.routes}\n"
+        "print(type(app).__name__, '/api' in paths, gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    kind, api_mounted, collecting, frozen = done.stdout.split()
+    assert (kind, api_mounted, collecting) == ("FastAPI", "True", "True")
+    assert int(frozen) > 100_000
+
+
 def test_a_server_the_settings_name_is_used_as_it_is(prefect_api):
     from prefect.settings import get_current_settings
 
@@ -68,6 +85,8 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     # a teardown skipped half-way (a frozen heap) had DuckDB's bindings report leaks.
     assert "leaked" not in done.stderr
     assert done.stdout.rstrip().endswith("host_rates.png")
+    # Drawn by the flow's report step, whose path the summary prints.
+    assert Path(done.stdout.rstrip().rsplit(": ", 1)[1]).stat().st_size > 0
     match = re.search(r"Starting temporary Prefect server on http://127\.0\.0\.1:(\d+)/api",
                       done.stderr)
     assert match, done.stderr[-2000:]
@@ -87,6 +106,36 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     assert "prefect.flow-run.Completed" in events
     assert "prefect.flow-run.heartbeat" not in events
     assert {name.rsplit("-", 1)[0] for (name,) in task_runs} >= TASKS
+
+
+def _processes_with_environment(entry: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and entry.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours
+    return found
+
+
+def test_a_crawl_command_line_that_turns_out_wrong_leaves_no_server_running(tmp_path):
+    """The entry point starts a crawl's server before the command line is parsed; a wrong
+    one still ends in one line and exit code 2, and the server is stopped with the command."""
+    marker = f"CRAWLFLOW_TEST_RUN=wrong-seed-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path), marker.split("=")[0]: marker.split("=")[1]}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(
+        [CRAWLFLOW, "crawl", "ht!tp://nowhere"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "crawlflow: error: bad seed: unsupported scheme in 'ht!tp://nowhere' (only http and https)"
+    ]
+    deadline = time.monotonic() + 30
+    while _processes_with_environment(marker):
+        assert time.monotonic() < deadline, "the temporary Prefect server is still running"
+        time.sleep(0.2)
 
 
 def test_stopping_a_local_ray_ends_all_its_processes():
@@ -109,3 +158,47 @@ def test_stopping_a_local_ray_ends_all_its_processes():
     assert len(pids) >= 3  # GCS, raylet, monitor at least
     alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
     assert alive == []
+
+
+def test_a_commands_ray_stops_once_the_fleet_launched_on_it_has_stopped(tmp_path):
+    """The command's Ray is stopped in the background as soon as its crawl's fleet has
+    stopped (the flow compacts and reports meanwhile), every process of its head with it."""
+    script = (
+        "import sys, threading, ray\n"
+        "from crawler.config import CrawlConfig\n"
+        "from runtime.fleet import single_node\n"
+        "from runtime.ray_backend import COMMAND_RAY, RayFleet, ensure_ray\n"
+        "assert ensure_ray()\n"
+        "COMMAND_RAY.hold()\n"
+        "node = ray._private.worker._global_node\n"
+        "pids = [info.process.pid for infos in node.all_processes.values() for info in infos]\n"
+        "fleet = RayFleet(single_node('c', sys.argv[1], CrawlConfig(), ['127.0.0.1:9']))\n"
+        "assert ray.is_initialized()\n"
+        "fleet.stop()\n"
+        "(shutdown,) = [t for t in threading.enumerate() if t.name == 'ray-shutdown']\n"
+        "shutdown.join()\n"
+        "print(ray.is_initialized(), ' '.join(map(str, pids)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    initialized, *pids = done.stdout.split()
+    assert initialized == "False"
+    assert len(pids) >= 3
+    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+
+
+def test_a_fleet_leaves_running_a_ray_it_was_not_started_for(ray_session, tmp_path):
+    """Tests, and a flow run by a Prefect worker, share a Ray that outlives each crawl."""
+    from crawler.config import CrawlConfig
+    from runtime.fleet import single_node
+    from runtime.ray_backend import RayFleet
+
+    fleet = RayFleet(single_node("c", str(tmp_path), CrawlConfig(), ["127.0.0.1:9"]))
+    fleet.stop()
+    assert ray_session.is_initialized()
+    assert ray_session.cluster_resources().get("CPU") == 2
