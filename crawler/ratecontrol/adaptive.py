@@ -65,7 +65,8 @@ class AdaptiveRateController(PacedController):
       Heritrix's default (f = 5) so that U is learnt from twice the samples in the same time.
       The host shows it is fast when, with U known, PROOF_SAMPLES responses in a row sent at
       90% of the ceiling or more kept R/U under the setpoint. Then only the signals below
-      bound r.
+      bound r. The pace starts at the ceiling as soon as the first page's RTT is known:
+      climbing to it from 1/initial_delay_s would take about 2 x initial_delay_s on any host.
     - U keeps being learnt: once the delay side has braked on QUEUEING_BRAKES responses past
       the ceiling (a server that queues brakes on about half of its responses once settled,
       one with several workers only on noise), every page feeds U, divided by (1 + its busy
@@ -99,6 +100,9 @@ class AdaptiveRateController(PacedController):
 
     Loss side (token buckets answering 429/503):
 
+    - A first ban at the ceiling's pace where the first RTT put it (before the host has
+      shown it is fast) says only that the limit is below that pace, which on a fast host is
+      up to 30x a limit: see `_restart_after_ceiling_ban`. The bans below come after it.
     - A ban at rate r_b pauses the host for its Retry-After (or, from the second ban in a
       row, backoff) and sets a new target T; r drops to min(r, r_b) * ban_backoff, and never
       above T. A first ban that ends slow start or comes at the ceiling's pace backs off twice
