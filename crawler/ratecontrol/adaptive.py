@@ -297,6 +297,10 @@ class AdaptiveRateController(PacedController):
         allowed_s = max(self.pause_until, now) - first_start
         if allowed_s > 0:
             self._set_rate(self._pages_since_ban / allowed_s)
+        self._count_from_ban(now)
+
+    def _count_from_ban(self, now: float) -> None:
+        """The served rate the next ban measures is counted from this one."""
         self._last_ban_at = now
         self._pages_since_ban = 0
         self._idle_since_ban = 0.0
@@ -315,9 +319,7 @@ class AdaptiveRateController(PacedController):
             self.target, self._measured = self._target_after_ban(now, overshot)
             self.slow_start = False
             self._held = False
-            self._last_ban_at = now
-            self._pages_since_ban = 0
-            self._idle_since_ban = 0.0
+            self._count_from_ban(now)
             # Never above the new target: when the served rate showed that the limit is below
             # half the banned rate, halving alone would still be too fast.
             backed_off = min(self.rate, self._rate_at_start) * backoff
