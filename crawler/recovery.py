@@ -28,7 +28,7 @@ from crawler.limits import counts_of
 from crawler.server import Item, ServerState
 from crawler.urlqueue import UrlTask
 from crawler.urls import server_of
-from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, is_final
+from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc
 
@@ -70,15 +70,13 @@ class OutputRecovery:
         spent = 0
         admitted: set[str] = set()
         if fetch_files:
-            rows = con.execute(
-                "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
-                f"WHERE list_contains(?, url_host_name) AND {NOT_LEFT_AT_DEADLINE}",
-                [fetch_files, hosts],
-            ).fetchall()
-            for url, status, error, attempt in rows:
-                attempts[url] = max(attempts.get(url, 0), attempt)
-                if is_final(status, error):
-                    done.add(url)
+            done, attempts = fold_fetch_rows(
+                con.execute(
+                    "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
+                    f"WHERE list_contains(?, url_host_name) AND {NOT_LEFT_AT_DEADLINE}",
+                    [fetch_files, hosts],
+                ).fetchall()
+            )
             # URLs admitted on its servers (their limit counts), and by it (its page budget).
             owned = set(hosts)
             for url, host, fetched_by in con.execute(

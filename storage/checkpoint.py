@@ -19,7 +19,7 @@ import duckdb
 
 from storage.compaction import finish_compaction
 from storage.manifest import MANIFEST
-from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, is_final
+from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS
 from storage.writer import discard_uncommitted
 
@@ -52,15 +52,12 @@ def load_checkpoint(
     checkpoint = Checkpoint()
     attempts: dict[str, int] = {}
     if any(commit.glob("*.parquet")):
-        rows = con.execute(
-            "SELECT url, fetch_status, error, attempt "
-            f"FROM read_parquet('{commit}/*.parquet') WHERE {NOT_LEFT_AT_DEADLINE} "
-            "ORDER BY url, attempt"
-        ).fetchall()
-        for url, status, error, attempt in rows:
-            attempts[url] = max(attempts.get(url, 0), attempt)
-            if is_final(status, error):
-                checkpoint.done.add(url)
+        checkpoint.done, attempts = fold_fetch_rows(
+            con.execute(
+                "SELECT url, fetch_status, error, attempt "
+                f"FROM read_parquet('{commit}/*.parquet') WHERE {NOT_LEFT_AT_DEADLINE}"
+            ).fetchall()
+        )
         checkpoint.admitted = [
             url
             for (url,) in con.execute(

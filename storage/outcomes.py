@@ -10,6 +10,7 @@ storage owns them without importing the crawler. The `error` column holds `str(F
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -110,6 +111,21 @@ def is_final(status: int | None, error: FetchError | str | None) -> bool:
     given up after its retries, or an answer a retry would not change."""
     kind = error.kind if isinstance(error, FetchError) else ErrorClass.of(error)
     return kind is ErrorClass.GAVE_UP or not is_retryable(status, error)
+
+
+def fold_fetch_rows(
+    rows: Iterable[tuple[str, int | None, str | None, int]],
+) -> tuple[set[str], dict[str, int]]:
+    """Read `(url, fetch_status, error, attempt)` rows by the resume rule: the URLs some row
+    gives a final answer (`is_final`), and each URL's highest attempt, so that a pending URL
+    goes on with the next one."""
+    done: set[str] = set()
+    attempts: dict[str, int] = {}
+    for url, status, error, attempt in rows:
+        attempts[url] = max(attempts.get(url, 0), attempt)
+        if is_final(status, error):
+            done.add(url)
+    return done, attempts
 
 
 def _class_in(classes: tuple[ErrorClass, ...]) -> str:

@@ -249,7 +249,10 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
             crawl_id="surcharged",
             config={
                 "exchange": {"heartbeat_s": 0.1},
-                "limits": {"time_budget_s": 2.0},
+                # Long enough that, on a loaded machine too, URLs are queued while the first
+                # projections are made (at 2 s the nodes could still be on robots.txt and the
+                # hub, with nothing queued to project); short enough to stop mid-crawl.
+                "limits": {"time_budget_s": 4.0},
                 "plan": {"surcharge_max_nodes": 1, "surcharge_check_s": 1.0},
             },
         )
