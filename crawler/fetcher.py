@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ReadTimeoutError
 
@@ -65,6 +65,10 @@ class FetchResult:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     rtt_s: float | None = None
+    # From the request's last byte written to the response's head read: the server's response
+    # time and the network's round trip, without the client's own work around the exchange
+    # (preparing the request, connecting, building the response object).
+    wire_rtt_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
     @property
@@ -203,11 +207,46 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+class _WireTimedConnection(HTTPConnection):
+    """Stamps each exchange close to the socket: as the request is about to be written (once
+    the connection is up), and once the response's status line and headers are read (before
+    urllib3 and requests build their response objects on top). The time between is what the
+    server and the network took, without the client's own work around the exchange. The first
+    stamp comes before the write on purpose: taken after it, a thread that waits for the GIL
+    once its bytes are out would stamp late, by as much as the server's whole answer."""
+
+    request_sent_at: float | None = None
+    response_read_at: float | None = None
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        self.request_sent_at = self.response_read_at = None
+        if self.sock is None:
+            self.connect()  # what http.client would do inside the write: not server time
+        self.request_sent_at = time.monotonic()
+        super().request(*args, **kwargs)
+
+    def getresponse(self) -> Any:
+        response = super().getresponse()
+        self.response_read_at = time.monotonic()
+        return response
+
+    @property
+    def wire_rtt_s(self) -> float | None:
+        if self.request_sent_at is None or self.response_read_at is None:
+            return None
+        return self.response_read_at - self.request_sent_at
+
+
+class _WireTimedHTTPSConnection(HTTPSConnection, _WireTimedConnection):
+    pass
+
+
 class _TrackingPool(HTTPConnectionPool):
     """Remembers the connection it handed out last: with one connection per pool, the one a
     request in flight uses. Connects to `pinned_address` when set: the Host header, TLS
     server name and certificate check still use the server's name."""
 
+    ConnectionCls = _WireTimedConnection
     in_use: HTTPConnection | None = None
     pinned_address: str | None = None
 
@@ -224,7 +263,7 @@ class _TrackingPool(HTTPConnectionPool):
 
 
 class _TrackingHTTPSPool(HTTPSConnectionPool, _TrackingPool):
-    pass
+    ConnectionCls = _WireTimedHTTPSConnection
 
 
 class _CuttableAdapter(HTTPAdapter):
@@ -247,6 +286,11 @@ class _CuttableAdapter(HTTPAdapter):
         if isinstance(self._pool, _TrackingPool):
             self._pool.pinned_address = self.pinned_address
         return self._pool
+
+    def wire_rtt_s(self) -> float | None:
+        """The wire time of the last exchange (see _WireTimedConnection), if it got that far."""
+        conn = self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
+        return conn.wire_rtt_s if isinstance(conn, _WireTimedConnection) else None
 
     def cut(self) -> None:
         """Shut the socket of the request in flight: a read blocked on it returns at once."""
@@ -309,6 +353,7 @@ class ServerSession:
             result.headers = {k.lower(): v for k, v in response.headers.items()}
             result.request_headers = dict(response.request.headers)
             result.rtt_s = time.monotonic() - started
+            result.wire_rtt_s = self._adapter.wire_rtt_s()
             self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)

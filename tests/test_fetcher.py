@@ -189,3 +189,38 @@ def test_watchdog_cuts_only_what_outlives_its_deadline():
     assert cut.wait(2.0)
     assert watchdog.release(late) is True
     assert watchdog.release(on_time) is False
+
+
+def test_wire_rtt_leaves_out_the_clients_own_work():
+    """The RTT the rate controller reads is stamped at the socket: from the request written to
+    the response's head read. It covers the server's delay (websim's 40 ms, no spread) and
+    leaves out the client's work around it, so it is never above the whole exchange's time,
+    on a fresh connection (its set-up not counted) or a reused one."""
+    spec = WebSpec(
+        hosts=1,
+        pages=5,
+        latency_ms=(40.0, 40.0),
+        latency_sigma=0.0,
+        rate_limit_rps=None,
+        keepalive_max=(100,),
+        keepalive_weights=(1.0,),
+    )
+    with WebSim(spec) as sim:
+        session = ServerSession(CONFIG)
+        try:
+            results = [session.get(sim.url_of(page)) for page in range(3)]
+        finally:
+            session.close()
+    for result in results:
+        assert result.status == 200
+        assert result.wire_rtt_s is not None and result.rtt_s is not None
+        assert 0.040 <= result.wire_rtt_s <= result.rtt_s
+
+
+def test_no_wire_rtt_without_an_answer():
+    session = ServerSession(CONFIG)
+    try:
+        result = session.get("http://127.0.0.1:9/")  # discard port: nothing listens
+    finally:
+        session.close()
+    assert result.error is not None and result.wire_rtt_s is None

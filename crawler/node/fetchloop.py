@@ -309,7 +309,9 @@ class FetchLoop:
             result.headers.get("retry-after"), time.time(), core.config.retry.retry_after_max_s
         )
         with core.lock:
-            controller.on_response(now, result.rtt_s or (now - started), result.status, retry_after)
+            # The wire time where there is one: the client's own work is no server's load.
+            rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
+            controller.on_response(now, rtt_s, result.status, retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.touched.add(server.host)
         return result, retry_after
