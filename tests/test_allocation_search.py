@@ -304,6 +304,17 @@ def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
     assert [len(p["n"]) for p in bounded] == list(range(15, 5, -1))
 
 
+def test_near_counts_add_cheap_nodes_while_they_beat_the_best_plan() -> None:
+    big = node_type("big", 10, busy=1.0, surcharge=2.0, max_reserved=5)
+    small = node_type("small", 1, busy=0.1, surcharge=0.2, max_reserved=2, max_surcharge=1)
+    instance = Instance((big, small), cubes(1.0))
+    variants = {tuple(sorted(v)) for v in milp._near_counts(instance, ("big",) * 3, 3.5)}
+    # Small nodes cost 0.1 each while reserved, then 0.2, and there are at most three (3.4 in
+    # all); a fourth big node would cost 4.0; one big node can be exchanged for a small one.
+    assert variants == {("big",) * 3 + ("small",) * k for k in (1, 2, 3)} | {("big", "big",
+                                                                                 "small")}
+
+
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
     instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
                         exact_fill(nodes=6, seed=3))
