@@ -65,9 +65,10 @@ class FetchResult:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     rtt_s: float | None = None
-    # From the request's last byte written to the response's head read: the server's response
-    # time and the network's round trip, without the client's own work around the exchange
-    # (preparing the request, connecting, building the response object).
+    # From just before the request is written (the connection already up) to the response's
+    # head read: the server's response time and the network's round trip, without the client's
+    # own work around the exchange (preparing the request, connecting, building the response
+    # object).
     wire_rtt_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
@@ -287,15 +288,19 @@ class _CuttableAdapter(HTTPAdapter):
             self._pool.pinned_address = self.pinned_address
         return self._pool
 
+    @property
+    def _in_use(self) -> HTTPConnection | None:
+        """The connection of the request in flight, or of the last one."""
+        return self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
+
     def wire_rtt_s(self) -> float | None:
         """The wire time of the last exchange (see _WireTimedConnection), if it got that far."""
-        conn = self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
+        conn = self._in_use
         return conn.wire_rtt_s if isinstance(conn, _WireTimedConnection) else None
 
     def cut(self) -> None:
         """Shut the socket of the request in flight: a read blocked on it returns at once."""
-        conn = self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
-        sock = getattr(conn, "sock", None)  # None while still connecting: connect_timeout
+        sock = getattr(self._in_use, "sock", None)  # None while still connecting: connect_timeout
         if sock is not None:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
