@@ -206,13 +206,19 @@ class AdaptiveRateController(PacedController):
             self._ready_at = None
         if self.last_start is not None:
             self._last_gaps.append(max(now - self.last_start, 1e-9))
-        # The share of the time the connection is busy, from the RTT expected now and the
+        # The share of the time the server is busy with this connection's requests, from the
+        # time in the server expected now (the RTT less the network's round trip) and the
         # rate over the last two gaps (a queue drains gradually, one long gap is not enough).
         seen_rate = len(self._last_gaps) / sum(self._last_gaps) if self._last_gaps else 0.0
-        self._duty_at_start = seen_rate * (self.rtt.srtt or 0.0)
+        in_server = max((self.rtt.srtt or 0.0) - self.queueing.latency_s, 0.0)
+        self._duty_at_start = seen_rate * in_server
         super().on_request_start(now)
         # The rate the server sees: our pacing, or the fetch time when that is longer.
         self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
+
+    def on_handshake(self, seconds: float) -> None:
+        super().on_handshake(seconds)
+        self.queueing.latency_s = self.network_rtt_s
 
     def on_response(
         self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
@@ -256,15 +262,36 @@ class AdaptiveRateController(PacedController):
 
     def _rate_error(self, inflation: float | None) -> float:
         """log(rate at the target / current rate) for a server that works one request at a time
-        (M/M/1: inflation I = 1/(1 - busy share)), the most delay-sensitive kind; capped at
-        MAX_RATE_ERROR where the RTT shows little or no inflation."""
-        if inflation is None:
+        (M/M/1, the most delay-sensitive kind) behind the network's round trip L: its time in
+        the server, RTT - L, is (U - L) / (1 - busy share). Capped at MAX_RATE_ERROR where the
+        RTT shows little or no inflation."""
+        unloaded = self.queueing.unloaded_s
+        if inflation is None or unloaded is None:
             return math.log(MAX_RATE_ERROR)
-        busy_target = 1.0 - 1.0 / self.setpoint()
-        busy_now = 1.0 - 1.0 / inflation
+        latency = min(self.queueing.latency_s, unloaded)
+        in_server = unloaded - latency
+        if in_server <= 0:  # all of it network: the server's load cannot stretch it
+            return math.log(MAX_RATE_ERROR)
+        busy_target = 1.0 - in_server / (self.setpoint() * unloaded - latency)
+        busy_now = 1.0 - in_server / (inflation * unloaded - latency)
         if busy_now * MAX_RATE_ERROR <= busy_target:
             return math.log(MAX_RATE_ERROR)
         return math.log(busy_target / busy_now)
+
+    def _rate_at_setpoint(self) -> float:
+        """The rate at which a server that works one request at a time behind the network's
+        round trip L would answer at the setpoint: busy 1 - (U - L) / (setpoint x U - L) of
+        the time, each request (U - L) in the server. Infinite before U is known or when L is
+        all of it."""
+        unloaded = self.queueing.unloaded_s
+        if not self.queueing.known or unloaded is None:
+            return math.inf
+        latency = min(self.queueing.latency_s, unloaded)
+        in_server = unloaded - latency
+        if in_server <= 0:
+            return math.inf
+        busy = 1.0 - in_server / (self.setpoint() * unloaded - latency)
+        return busy / in_server
 
     def _target_after_ban(self, now: float, overshot: bool) -> tuple[float, bool]:
         """The rate to settle at after a ban, and whether it was measured (see the class
@@ -351,7 +378,7 @@ class AdaptiveRateController(PacedController):
             # Ends halfway to the target (as HyStart ends TCP's on the first rise of delay):
             # the RTT measured lags the rate by the samples it averages, and doubling up to the
             # target itself would overshoot it.
-            if not self._rtt_rose():
+            if not self._rtt_rose() and self.rate < self._rate_at_setpoint():
                 self._set_rate(
                     self.rate * 2.0 ** (self.current_delay() / cfg.slow_start_doubling_s)
                 )

@@ -30,6 +30,10 @@ class PacedController(ABC):
         self.floor_s = 0.0
         self.last_start: float | None = None
         self.pause_until = now
+        # The shortest TCP handshake seen (0 before one): the network's round trip to the
+        # server, a floor every page RTT pays whatever the server's load. The shortest, as
+        # TCP keeps its minimum RTT: what the client adds (its own scheduling) only lengthens.
+        self.network_rtt_s = 0.0
         # Host pauses are not jittered: one connection per host has nothing to desynchronize,
         # and a fixed schedule keeps the crawl reproducible.
         self._backoff = Backoff(retry.backoff_base_s, retry.backoff_cap_s)
@@ -87,6 +91,10 @@ class PacedController(ABC):
         grace = self.ban_grace if outcome is ResponseKind.BAN else 1
         excess = self._bad_streak - grace
         return self._backoff.ceiling(excess) if excess >= 1 else 0.0
+
+    def on_handshake(self, seconds: float) -> None:
+        if seconds > 0 and (self.network_rtt_s == 0 or seconds < self.network_rtt_s):
+            self.network_rtt_s = seconds
 
     def set_floor_delay(self, seconds: float) -> None:
         self.floor_s = max(0.0, seconds)

@@ -33,6 +33,11 @@ class HostRateController(Protocol):
         """Every result of a request; `status` None is a network error."""
         ...
 
+    def on_handshake(self, seconds: float) -> None:
+        """The TCP handshake of a new connection to this host took `seconds`: the network's
+        round trip, which the server's load does not stretch."""
+        ...
+
     def set_floor_delay(self, seconds: float) -> None:
         """robots.txt Crawl-delay: the delay never goes below this."""
         ...

@@ -19,10 +19,14 @@ class QueueingDelay:
     the crawler's own process descheduled on a loaded machine) must not move either one, while
     averaging the middle half keeps nearly the precision of a plain mean.
 
-    - Unloaded RTT U: over the last `history` RTTs of requests that met a connection busy at
-      most `duty` of the time (rate x expected RTT), each divided by (1 + busy share): a server
-      working one request at a time (M/M/1) stretches its response time by exactly that at
-      any load, one with more workers by less, so the estimate errs low, on the polite side.
+    - Unloaded RTT U: over the last `history` RTTs of requests that met a server busy at
+      most `duty` of the time (rate x expected time in the server), each with its time in
+      the server divided by (1 + busy share): a server working one request at a time (M/M/1)
+      stretches its response time by exactly that at any load, one with more workers by
+      less, so the estimate errs low, on the polite side. The time in the server is the RTT
+      less `latency_s`, the network's round trip (the caller's reading of the TCP handshake,
+      0 until it has one): that part does not queue, and stretched with the rest it would put
+      U low by up to the busy share times the latency.
       Known from `samples` of them. At first only requests sent at a low busy share count
       (where a server with more workers is misread least); once the caller has seen the server
       queue, `count_every_load` lets every page in, so that U keeps firming up over the crawl
@@ -38,18 +42,22 @@ class QueueingDelay:
         self._unloaded: deque[float] = deque(maxlen=history)
         self._recent: deque[float] = deque(maxlen=recent)
         self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
+        self.latency_s = 0.0  # the network's round trip, which does not queue
         # (interquartile mean, standard error) of the unloaded samples, None when stale.
         self._unloaded_stats: tuple[float, float] | None = None
 
     def observe(self, rtt_s: float, duty: float) -> None:
-        """A page RTT, and the share of the time the connection was busy when it was sent."""
-        log_rtt = math.log(max(rtt_s, 1e-6))
+        """A page RTT, and the share of the time the server was busy with this connection's
+        requests when it was sent (rate x expected time in the server)."""
+        rtt_s = max(rtt_s, 1e-6)
         if duty <= self.duty * (1 + 1e-9):
-            # The worst case, one request at a time, stretched the RTT by (1 + duty): taken
-            # out, so the estimate errs low (slower, more polite) on servers with more workers.
-            self._unloaded.append(log_rtt - math.log1p(duty))
+            # The worst case, one request at a time, stretched the time in the server by
+            # (1 + duty): taken out, so the estimate errs low (slower, more polite) on servers
+            # with more workers.
+            in_server = max(rtt_s - self.latency_s, 0.0)
+            self._unloaded.append(math.log(self.latency_s + in_server / (1.0 + duty)))
             self._unloaded_stats = None
-        self._recent.append(log_rtt)
+        self._recent.append(math.log(rtt_s))
 
     def count_every_load(self) -> None:
         """From now on every page RTT is an unloaded sample once divided by (1 + busy share):
