@@ -70,6 +70,10 @@ class FetchResult:
     # own work around the exchange (preparing the request, connecting, building the response
     # object).
     wire_rtt_s: float | None = None
+    # The TCP handshake, when this request opened the connection: the network's round trip to
+    # the server (its kernel answers it, so the server's load does not stretch it). With the
+    # address pinned, as the node loop does, no name lookup is in it.
+    handshake_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
     @property
@@ -218,6 +222,13 @@ class _WireTimedConnection(HTTPConnection):
 
     request_sent_at: float | None = None
     response_read_at: float | None = None
+    handshake_s: float | None = None  # this connection's TCP handshake, until taken
+
+    def _new_conn(self) -> socket.socket:
+        started = time.monotonic()
+        sock = super()._new_conn()  # the TCP connect only: TLS, if any, comes after
+        self.handshake_s = time.monotonic() - started
+        return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         self.request_sent_at = self.response_read_at = None
@@ -298,6 +309,15 @@ class _CuttableAdapter(HTTPAdapter):
         conn = self._in_use
         return conn.wire_rtt_s if isinstance(conn, _WireTimedConnection) else None
 
+    def take_handshake_s(self) -> float | None:
+        """The handshake of the connection in use if it has not been taken yet: once per
+        connection, so a reused one reports none."""
+        conn = self._in_use
+        if not isinstance(conn, _WireTimedConnection):
+            return None
+        seconds, conn.handshake_s = conn.handshake_s, None
+        return seconds
+
     def cut(self) -> None:
         """Shut the socket of the request in flight: a read blocked on it returns at once."""
         sock = getattr(self._in_use, "sock", None)  # None while still connecting: connect_timeout
@@ -359,6 +379,7 @@ class ServerSession:
             result.request_headers = dict(response.request.headers)
             result.rtt_s = time.monotonic() - started
             result.wire_rtt_s = self._adapter.wire_rtt_s()
+            result.handshake_s = self._adapter.take_handshake_s()
             self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)

@@ -217,6 +217,29 @@ def test_wire_rtt_leaves_out_the_clients_own_work():
         assert 0.040 <= result.wire_rtt_s <= result.rtt_s
 
 
+def test_the_handshake_is_reported_once_per_connection_without_the_server_time():
+    """The TCP handshake times the network alone: a server that takes 40 ms to answer (websim's
+    delay is inside the server) does not stretch it. A reused connection reports none."""
+    spec = WebSpec(
+        hosts=1,
+        pages=5,
+        latency_ms=(40.0, 40.0),
+        latency_sigma=0.0,
+        rate_limit_rps=None,
+        keepalive_max=(100,),
+        keepalive_weights=(1.0,),
+    )
+    with WebSim(spec) as sim:
+        session = ServerSession(CONFIG)
+        try:
+            results = [session.get(sim.url_of(page)) for page in range(3)]
+        finally:
+            session.close()
+    first, *reused = results
+    assert first.handshake_s is not None and 0 < first.handshake_s < 0.020
+    assert [result.handshake_s for result in reused] == [None, None]
+
+
 def test_no_wire_rtt_without_an_answer():
     session = ServerSession(CONFIG)
     try:

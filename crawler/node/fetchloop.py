@@ -311,6 +311,8 @@ class FetchLoop:
         with core.lock:
             # The wire time where there is one: the client's own work is no server's load.
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
+            if result.handshake_s is not None:
+                controller.on_handshake(result.handshake_s)
             controller.on_response(now, rtt_s, result.status, retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.touched.add(server.host)
