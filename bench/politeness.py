@@ -42,6 +42,7 @@ imports them; split, the one command would be spread over modules no other code 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -60,7 +61,9 @@ from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
+from websim.graph import build_web
 from websim.queueing import ArrivalRate
+from websim.wire import Wire, unavailable
 
 NODES = 2
 
@@ -506,15 +509,17 @@ def run_rate_limited(
 
 
 def run_degrading(
-    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path
+    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path, wire: Wire | None
 ) -> dict[str, Any]:
+    """`wire`: the hosts' latency is the network's, on a delay line (see `main`)."""
     results: dict[str, Any] = {}
     held_spec = replace(spec, crawl_delay_at_inflation=HELD_INFLATION)
     held_s: float | None = None
     for mode in [HELD, *modes]:
         # The same web (same seed: pages, links, server models); the held crawl's copy also
         # serves the oracle Crawl-delay.
-        with WebSim(held_spec if mode == HELD else spec) as sim:
+        web = WebSim(held_spec if mode == HELD else spec)
+        with web if wire is None else wire.serving(web) as sim:
             expected = sim.reachable_allowed_urls()
             truth = degrading_truth(sim, expected)
             if mode == HELD:
@@ -523,7 +528,8 @@ def run_degrading(
                     f"pages, capacities {min(t.capacity_rps for t in truth):.1f}-"
                     f"{max(t.capacity_rps for t in truth):.1f}/s, unloaded RTT "
                     f"{min(t.unloaded_ms for t in truth):.0f}-"
-                    f"{max(t.unloaded_ms for t in truth):.0f} ms"
+                    f"{max(t.unloaded_ms for t in truth):.0f} ms, latency "
+                    + ("on the wire (websim/wire.py)" if wire else "in the server's timer")
                 )
             crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "degrading")
             server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
@@ -563,12 +569,46 @@ def main() -> None:
     parser.add_argument(
         "--degrading-seed", type=int, help="another degrading web (default: the one picked)"
     )
+    parser.add_argument(
+        "--latency-in-server",
+        action="store_true",
+        help="degrading hosts' latency in websim's timer, not on the wire (no root needed)",
+    )
     args = parser.parse_args()
     plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
     plots_dir.mkdir(parents=True, exist_ok=True)
     size = "quick" if args.quick else "full"
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="politeness-"))
     document: dict[str, Any] = {"runner": "prefect flow, local ray", "mode": args.modes[0]}
+    spec = DEGRADING_WEBS[size]
+    if args.degrading_seed is not None:
+        spec = replace(spec, seed=args.degrading_seed)
+    # The degrading hosts' latency is the network's: on a delay line, where the crawler's TCP
+    # handshakes show it as they would on the web, unless asked otherwise or impossible here.
+    wire: Wire | None = None
+    if "degrading" in args.webs and not args.latency_in_server:
+        reason = unavailable()
+        if reason is not None:
+            raise SystemExit(f"error: {reason}: run as root, or pass --latency-in-server")
+        spec = replace(spec, latency_on_wire=True)
+        wire = Wire({host.address: host.latency_ms_median / 1000 for host in build_web(spec).hosts})
+    document["degrading_latency"] = "in the server" if wire is None else "on the wire"
+    with wire or contextlib.nullcontext():
+        run_webs(args, document, spec, wire, out_dir, plots_dir)
+    if args.json:
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"json: {args.json}")
+
+
+def run_webs(
+    args: argparse.Namespace,
+    document: dict[str, Any],
+    spec: WebSpec,
+    wire: Wire | None,
+    out_dir: Path,
+    plots_dir: Path,
+) -> None:
+    size = "quick" if args.quick else "full"
     try:
         if "rate-limited" in args.webs:
             limited = run_rate_limited(WEBS[size], args.modes, out_dir, plots_dir)
@@ -576,16 +616,10 @@ def main() -> None:
             if len(args.modes) > 1:
                 document["modes"] = limited
         if "degrading" in args.webs:
-            spec = DEGRADING_WEBS[size]
-            if args.degrading_seed is not None:
-                spec = replace(spec, seed=args.degrading_seed)
-            document["degrading"] = run_degrading(spec, args.modes, out_dir, plots_dir)
+            document["degrading"] = run_degrading(spec, args.modes, out_dir, plots_dir, wire)
     finally:
         if args.keep is None:
             shutil.rmtree(out_dir, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"json: {args.json}")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,10 @@ class _Host:
         self.keepalive_max = profile.keepalive_max
         self.ban_status = profile.ban_status
         median_s = profile.latency_ms_median / 1000
-        self.latency_mu = math.log(median_s) if median_s > 0 else None  # of the lognormal
+        # On the wire, the network's part is the delay line's, not the server's.
+        self.wire_s = median_s if web.spec.latency_on_wire else 0.0
+        server_s = median_s - self.wire_s
+        self.latency_mu = math.log(server_s) if server_s > 0 else None  # of the lognormal
         self.rate = profile.rate_limit_rps
         # A degrading host: its median latency follows the arrival rate it sees.
         self.queueing = profile.queueing()
@@ -155,7 +158,7 @@ class _Sim:
     def latency(self, host: _Host) -> float:
         if host.queueing is not None:
             median = host.queueing.median_rtt_s(host.arrivals.arrive(time.monotonic()))
-            return self.random.lognormvariate(math.log(median), self.latency_sigma)
+            return self.random.lognormvariate(math.log(median - host.wire_s), self.latency_sigma)
         if host.latency_mu is None:
             return 0.0
         return self.random.lognormvariate(host.latency_mu, self.latency_sigma)

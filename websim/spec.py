@@ -32,6 +32,10 @@ class WebSpec:
     # response's latency from a lognormal around that median.
     latency_ms: tuple[float, float] = (2.0, 30.0)
     latency_sigma: float = 0.5
+    # The median latency is the network's, added by a delay line (websim/wire.py), where a
+    # TCP handshake shows it: the server's own delay leaves it out (a degrading host then
+    # draws only its time in the server; other hosts answer at once).
+    latency_on_wire: bool = False
     # Requests a host serves per connection before it answers `Connection: close`; the default
     # mix follows the measured web (24% HTTP/1.0 style, most allow 100).
     keepalive_max: tuple[int, ...] = (1, 100, 10)
