@@ -117,6 +117,7 @@ class Recorder:
             "content_length": len(result.body) if result.status is not None else None,
             "content_digest": earlier.digest if earlier else result.digest,
             "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
+            "connect_ms": None if result.handshake_s is None else result.handshake_s * 1000.0,
             "node_id": self.node_id,
             "depth": task.depth,
             "attempt": task.attempt,
