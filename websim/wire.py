@@ -14,12 +14,13 @@ latency on one machine, as netem would (not available here):
   the TUN device (127.0.0.1 stays local: Ray and Prefect run there); the crawler's side of
   the wire is `CRAWLER_ADDRESS`, which the web's namespace routes back the same way.
 
-The calling process joins the crawler's namespace (`Wire.__enter__`) and `serving` starts a
-websim inside the web's, so every process it starts afterwards (Ray, Prefect's API, websim)
-lives in one of the two. Outside `serving`, the crawler's namespace is a plain loopback where
-other websims run as usual. The web is served with `WebSpec.latency_on_wire`, so that its
-server leaves out what the wire adds. Needs root (network namespaces and /dev/net/tun);
-`unavailable()` says why not when it cannot run. Linux only.
+The calling thread joins the crawler's namespace (`Wire.__enter__`, left at `__exit__`) and
+`serving` starts a websim inside the web's, so every process it starts in between (Ray,
+Prefect's API, websim) lives in one of the two. Outside `serving`, the crawler's namespace is
+a plain loopback where other websims run as usual. The web is served with
+`WebSpec.latency_on_wire`, so that its server leaves out what the wire adds. Needs root
+(network namespaces and /dev/net/tun); `unavailable()` says why not when it cannot run.
+Linux only.
 
     python -m websim.wire CRAWLER_FD WEB_FD DELAYS_JSON   # the relay, started by Wire
 """
@@ -70,8 +71,9 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
-def _setns(namespace: str) -> None:
-    """Move the calling thread (and the processes it starts from now on) into `namespace`."""
+def _setns(namespace: str | Path) -> None:
+    """Move the calling thread (and the processes it starts from now on) into `namespace`, a
+    name of `ip netns` or a namespace's path."""
     fd = os.open(_NETNS_DIR / namespace, os.O_RDONLY)
     try:
         if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
@@ -96,6 +98,7 @@ class Wire:
         self.crawler_ns, self.web_ns = f"{tag}c", f"{tag}w"
         self._devices = (f"{tag}c", f"{tag}w")
         self._relay: subprocess.Popen[bytes] | None = None
+        self._home: int | None = None  # the calling thread's namespace before
 
     def __enter__(self) -> Wire:
         reason = unavailable()
@@ -116,6 +119,8 @@ class Wire:
         finally:
             for fd in fds:  # the relay holds them now (or nothing does, on failure)
                 os.close(fd)
+        # Held open, so that __exit__ can come back to it even once nothing else is in it.
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         _setns(self.crawler_ns)
         return self
 
@@ -155,6 +160,10 @@ class Wire:
             sim.stop()
 
     def __exit__(self, *exc: object) -> None:
+        if self._home is not None:
+            _setns(f"/proc/self/fd/{self._home}")
+            os.close(self._home)
+            self._home = None
         if self._relay is not None:
             self._relay.kill()
             self._relay.wait()

@@ -72,19 +72,26 @@ class AdaptiveRateController(PacedController):
       one with several workers only on noise), every page feeds U, divided by (1 + its busy
       share) as at the ceiling, exact for a server that works one request at a time at any
       load. Where a host settles is then set by hundreds of samples, not by the ceiling's
-      few, and U follows a server that slows down or speeds up. (For a server whose RTT is
-      partly network latency, which does not queue, the division reads U low, more so at a
-      higher busy share: it then settles under the setpoint, on the polite side.)
+      few, and U follows a server that slows down or speeds up.
+    - Network latency L does not queue: the server's load stretches only the time in the
+      server, RTT - L. L is the shortest TCP handshake to the host (`on_handshake`; the
+      server's kernel answers it, whatever the server's load), 0 until one is timed. Every
+      division above and every busy share applies to RTT - L (U = L + (RTT - L) / (1 + busy
+      share)). Without it, the division read U low by up to the busy share times L, and a
+      host whose RTT is a fifth network settled at 1.3x instead of the setpoint.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
       has risen by half the target's distance from U over its value at the ceiling (as
-      HyStart ends TCP's on a rise of delay). On a server that queues, the division of the
-      ceiling's RTTs by (1 + busy share) already reads as that rise, and slow start ends at
-      the ceiling.
+      HyStart ends TCP's on a rise of delay), or r has reached the rate at the setpoint that
+      U and L give for one worker (`_rate_at_setpoint`): R lags the rate, and a server's
+      queue takes time to build, so doubling on until R shows the rise overshoots. On a
+      server that queues, the division of the ceiling's RTTs by (1 + busy share) already
+      reads as that rise, and slow start ends at the ceiling.
     - Then, per clean response, r *= (rate at the target / r) ** rtt_gain, the rate at the
       target as a server working one request at a time (M/M/1, the most delay-sensitive
-      kind) would have it: inflation I = 1/(1 - busy share), so the target's rate is r *
-      (1 - 1/setpoint) / (1 - 1/I), capped at MAX_RATE_ERROR times r where the RTT shows
+      kind) would have it: inflation of the time in the server I = 1/(1 - busy share), so
+      the target's rate is r * busy share at the setpoint / busy share now, capped at
+      MAX_RATE_ERROR times r where the RTT shows
       little or no inflation (multiplicative increase). On such a server this closes
       `rtt_gain` of the distance (in logs) per response whatever the distance, so it comes up
       from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
