@@ -87,6 +87,11 @@ def test_output_reads_back_in_duckdb_with_documented_columns(crawl_result):
         "SELECT count(*) FROM fetches WHERE error = 'robots_disallowed' AND fetch_status IS NULL"
     ).fetchall()[0]
     assert denied > 0
+    # A handshake per connection the crawl opened, none on the requests that reused one.
+    connected, answered = con.execute(
+        "SELECT count(connect_ms), count(rtt_ms) FROM fetches WHERE fetch_status IS NOT NULL"
+    ).fetchall()[0]
+    assert 0 < connected < answered
     # The flow's collect step merged each dataset's batch files into one.
     for dataset in ("discovered", "pages", "fetches", "metrics"):
         assert [p.name for p in (crawl_dir / dataset).iterdir()] == ["compacted-000001.parquet"]
