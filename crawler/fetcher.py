@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -70,9 +71,9 @@ class FetchResult:
     # own work around the exchange (preparing the request, connecting, building the response
     # object).
     wire_rtt_s: float | None = None
-    # The TCP handshake, when this request opened the connection: the network's round trip to
-    # the server (its kernel answers it, so the server's load does not stretch it). With the
-    # address pinned, as the node loop does, no name lookup is in it.
+    # The TCP handshake's round trip as the kernel timed it, when this request opened the
+    # connection: the network's round trip to the server (the server's kernel answers it, so
+    # the server's load does not stretch it).
     handshake_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
@@ -212,6 +213,25 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+# struct tcp_info (linux/tcp.h): tcpi_rtt, the smoothed RTT in microseconds, after 8 one-byte
+# fields and 15 four-byte ones.
+_TCPI_RTT_OFFSET = 68
+
+
+def _handshake_rtt_s(sock: socket.socket) -> float | None:
+    """The handshake's round trip as the kernel measured it (TCP_INFO's RTT, right after the
+    connect: its only sample so far is the SYN's). The kernel's clock, not ours: a thread that
+    waits for the GIL once connect() returns, or a process descheduled on a loaded machine,
+    would read the handshake long by as much, and a retransmitted SYN is timed by its echoed
+    timestamp, not from the first one. None where the kernel does not say (not Linux)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (AttributeError, OSError):
+        return None
+    (rtt_us,) = struct.unpack_from("I", info, _TCPI_RTT_OFFSET)
+    return rtt_us / 1e6 if rtt_us else None
+
+
 class _WireTimedConnection(HTTPConnection):
     """Stamps each exchange close to the socket: as the request is about to be written (once
     the connection is up), and once the response's status line and headers are read (before
@@ -225,9 +245,8 @@ class _WireTimedConnection(HTTPConnection):
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
 
     def _new_conn(self) -> socket.socket:
-        started = time.monotonic()
         sock = super()._new_conn()  # the TCP connect only: TLS, if any, comes after
-        self.handshake_s = time.monotonic() - started
+        self.handshake_s = _handshake_rtt_s(sock)
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:

@@ -29,8 +29,9 @@ FETCHES = pa.schema(
         ("content_length", pa.int64()),  # bytes of body received
         ("content_digest", pa.string()),  # SHA-1 of the body, base32, as Common Crawl
         ("rtt_ms", pa.float64()),  # request sent to response headers received
-        # The TCP handshake, when this request opened its connection (its time is in rtt_ms too):
-        # the network's round trip, which a server's load does not stretch.
+        # The TCP handshake's round trip as the kernel timed it, when this request opened its
+        # connection (the handshake is in rtt_ms too): the network's round trip, which a
+        # server's load does not stretch.
         ("connect_ms", pa.float64()),
         ("node_id", pa.string()),
         ("depth", pa.int32()),

@@ -32,7 +32,7 @@ class PacedController(ABC):
         self.pause_until = now
         # The shortest TCP handshake seen (0 before one): the network's round trip to the
         # server, a floor every page RTT pays whatever the server's load. The shortest, as
-        # TCP keeps its minimum RTT: what the client adds (its own scheduling) only lengthens.
+        # TCP keeps its minimum RTT: queues in the network only lengthen it.
         self.network_rtt_s = 0.0
         # Host pauses are not jittered: one connection per host has nothing to desynchronize,
         # and a fixed schedule keeps the crawl reproducible.
