@@ -20,8 +20,14 @@ crawler nodes):
   per-host table are printed too; `pages / rate` (the largest over hosts) is printed beside it
   as the ideal it cannot reach.
 
+Both webs are served on a delay line (websim/wire.py): each host's latency is the network's,
+in its own private network namespace, where a TCP handshake shows it as on the real web (the
+crawler reads it as the part of a response time that does not queue). That needs root;
+`--latency-in-server` puts the latency in websim's server timer instead, as before the wire,
+where no handshake shows it.
+
     .venv/bin/python -m bench.politeness [--quick] [--json PATH] [--modes adaptive fixed pid]
-        [--webs rate-limited degrading] [--degrading-seed N]
+        [--webs rate-limited degrading] [--degrading-seed N] [--latency-in-server]
 
 Goals. Rate-limited: coverage 100%, at most 1% of answers 429/503, crawl time (first request
 to last) at most 1.10x the bound. Degrading: on every host the median RTT during the crawl at
@@ -61,7 +67,6 @@ from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
-from websim.graph import build_web
 from websim.queueing import ArrivalRate
 from websim.wire import Wire, unavailable
 
@@ -471,10 +476,12 @@ def print_result(mode: str, result: dict[str, Any]) -> None:
 
 
 def run_rate_limited(
-    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path
+    spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path, wire: Wire | None
 ) -> dict[str, Any]:
+    """`wire`: the hosts' latency is the network's, on a delay line (see `main`)."""
     results: dict[str, Any] = {}
-    with WebSim(spec) as sim:
+    web = WebSim(spec)
+    with web if wire is None else wire.serving(web) as sim:
         expected = sim.reachable_allowed_urls()
         truth = host_truth(sim, expected)
         # Share of a host's one connection that its limit keeps busy (mean latency x L);
@@ -486,7 +493,8 @@ def run_rate_limited(
             f"rate-limited websim: {spec.hosts} hosts, {len(expected)} reachable allowed pages, "
             f"limits {min(t.limit_rps for t in truth):.1f}-{max(t.limit_rps for t in truth):.1f}"
             f"/s, latency medians {spec.latency_ms[0]:g}-{spec.latency_ms[1]:g} ms; every limit "
-            f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit)"
+            f"is reachable on one connection (at most {100 * duty:.0f}% busy at its limit), "
+            f"latency {_latency_where(wire)}"
         )
         for mode in modes:
             crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "limited")
@@ -510,6 +518,10 @@ def run_rate_limited(
     return results
 
 
+def _latency_where(wire: Wire | None) -> str:
+    return "in the server's timer" if wire is None else "on the wire (websim/wire.py)"
+
+
 def run_degrading(
     spec: WebSpec, modes: list[str], out_dir: Path, plots_dir: Path, wire: Wire | None
 ) -> dict[str, Any]:
@@ -530,8 +542,7 @@ def run_degrading(
                     f"pages, capacities {min(t.capacity_rps for t in truth):.1f}-"
                     f"{max(t.capacity_rps for t in truth):.1f}/s, unloaded RTT "
                     f"{min(t.unloaded_ms for t in truth):.0f}-"
-                    f"{max(t.unloaded_ms for t in truth):.0f} ms, latency "
-                    + ("on the wire (websim/wire.py)" if wire else "in the server's timer")
+                    f"{max(t.unloaded_ms for t in truth):.0f} ms, latency {_latency_where(wire)}"
                 )
             crawl_dir, wall_s, load = run_crawl(sim, mode, out_dir, "degrading")
             server_ms = server_side_rtt_ms(sim, sim.request_log(clear=True))
@@ -574,29 +585,28 @@ def main() -> None:
     parser.add_argument(
         "--latency-in-server",
         action="store_true",
-        help="degrading hosts' latency in websim's timer, not on the wire (no root needed)",
+        help="hosts' latency in websim's timer, not on the wire (no root needed)",
     )
     args = parser.parse_args()
     plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
     plots_dir.mkdir(parents=True, exist_ok=True)
-    size = "quick" if args.quick else "full"
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="politeness-"))
     document: dict[str, Any] = {"runner": "prefect flow, local ray", "mode": args.modes[0]}
-    spec = DEGRADING_WEBS[size]
-    if args.degrading_seed is not None:
-        spec = replace(spec, seed=args.degrading_seed)
-    # The degrading hosts' latency is the network's: on a delay line, where the crawler's TCP
-    # handshakes show it as they would on the web, unless asked otherwise or impossible here.
+    # The hosts' latency is the network's: on a delay line, where the crawler's TCP handshakes
+    # show it as they would on the web, unless asked otherwise.
     wire: Wire | None = None
-    if "degrading" in args.webs and not args.latency_in_server:
+    if not args.latency_in_server:
         reason = unavailable()
         if reason is not None:
             raise SystemExit(f"error: {reason}: run as root, or pass --latency-in-server")
-        spec = replace(spec, latency_on_wire=True)
-        wire = Wire({host.address: host.latency_ms_median / 1000 for host in build_web(spec).hosts})
-    document["degrading_latency"] = "in the server" if wire is None else "on the wire"
-    with wire or contextlib.nullcontext():
-        run_webs(args, document, spec, wire, out_dir, plots_dir)
+        wire = Wire()
+    document["latency"] = "in the server" if wire is None else "on the wire"
+    try:
+        with wire or contextlib.nullcontext():
+            run_webs(args, document, wire, out_dir, plots_dir)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(out_dir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(document, indent=2) + "\n")
         print(f"json: {args.json}")
@@ -605,23 +615,24 @@ def main() -> None:
 def run_webs(
     args: argparse.Namespace,
     document: dict[str, Any],
-    spec: WebSpec,
     wire: Wire | None,
     out_dir: Path,
     plots_dir: Path,
 ) -> None:
     size = "quick" if args.quick else "full"
-    try:
-        if "rate-limited" in args.webs:
-            limited = run_rate_limited(WEBS[size], args.modes, out_dir, plots_dir)
-            document.update(limited[args.modes[0]])
-            if len(args.modes) > 1:
-                document["modes"] = limited
-        if "degrading" in args.webs:
-            document["degrading"] = run_degrading(spec, args.modes, out_dir, plots_dir, wire)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(out_dir, ignore_errors=True)
+    limited, degrading = WEBS[size], DEGRADING_WEBS[size]
+    if args.degrading_seed is not None:
+        degrading = replace(degrading, seed=args.degrading_seed)
+    if wire is not None:
+        limited = replace(limited, latency_on_wire=True)
+        degrading = replace(degrading, latency_on_wire=True)
+    if "rate-limited" in args.webs:
+        results = run_rate_limited(limited, args.modes, out_dir, plots_dir, wire)
+        document.update(results[args.modes[0]])
+        if len(args.modes) > 1:
+            document["modes"] = results
+    if "degrading" in args.webs:
+        document["degrading"] = run_degrading(degrading, args.modes, out_dir, plots_dir, wire)
 
 
 if __name__ == "__main__":

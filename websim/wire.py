@@ -9,7 +9,7 @@ latency on one machine, as netem would (not available here):
 - two private network namespaces, the crawler's and the web's, each with its own loopback,
   so traffic never leaves the machine and uses 127.0.0.0/8 addresses only;
 - a TUN device in each, and a relay process that copies every packet from one to the other
-  after half the round trip of the host it comes from or goes to (`delays_s`, by address);
+  after half the round trip of the host it comes from or goes to (its median latency);
 - in the crawler's namespace, while a web is served (`serving`), its addresses are routed to
   the TUN device (127.0.0.1 stays local: Ray and Prefect run there); the crawler's side of
   the wire is `CRAWLER_ADDRESS`, which the web's namespace routes back the same way.
@@ -22,7 +22,7 @@ a plain loopback where other websims run as usual. The web is served with
 (network namespaces and /dev/net/tun); `unavailable()` says why not when it cannot run.
 Linux only.
 
-    python -m websim.wire CRAWLER_FD WEB_FD DELAYS_JSON   # the relay, started by Wire
+    python -m websim.wire CRAWLER_FD WEB_FD   # the relay, started by Wire
 """
 
 from __future__ import annotations
@@ -92,12 +92,11 @@ class Wire:
     """A delay line between the crawler's namespace and the web's (see the module notes).
     `delays_s`: round trip per host address of the web."""
 
-    def __init__(self, delays_s: dict[str, float]) -> None:
-        self.delays_s = delays_s
+    def __init__(self) -> None:
         tag = f"cf{os.getpid()}"
         self.crawler_ns, self.web_ns = f"{tag}c", f"{tag}w"
         self._devices = (f"{tag}c", f"{tag}w")
-        self._relay: subprocess.Popen[bytes] | None = None
+        self._relay: subprocess.Popen[str] | None = None
         self._home: int | None = None  # the calling thread's namespace before
 
     def __enter__(self) -> Wire:
@@ -113,8 +112,11 @@ class Wire:
             self._configure(self.web_ns, web_dev, None)
             self._route("add", self.web_ns, web_dev, [CRAWLER_ADDRESS])
             self._relay = subprocess.Popen(
-                [sys.executable, "-m", "websim.wire", *map(str, fds), json.dumps(self.delays_s)],
+                [sys.executable, "-m", "websim.wire", *map(str, fds)],
                 pass_fds=fds,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
         finally:
             for fd in fds:  # the relay holds them now (or nothing does, on failure)
@@ -142,16 +144,30 @@ class Wire:
         for address in addresses:
             _ip("-n", ns, "route", verb, f"{address}/32", "dev", device, "table", "local")
 
+    def _set_delays(self, delays_s: dict[str, float]) -> None:
+        """The round trip per host address from now on; returns once the relay applies it."""
+        relay = self._relay
+        assert relay is not None and relay.stdin is not None and relay.stdout is not None
+        relay.stdin.write(json.dumps(delays_s) + "\n")
+        relay.stdin.flush()
+        if relay.stdout.readline().strip() != "ok":
+            raise RuntimeError(f"the wire's relay stopped (exit code {relay.poll()})")
+
     @contextmanager
     def serving(self, sim: WebSim) -> Iterator[WebSim]:
-        """`sim` started in the web's namespace, its hosts reached through the wire, for the
-        block. Its hosts must be the addresses of `delays_s`."""
+        """`sim` started in the web's namespace, its hosts reached through the wire with their
+        median latency as the round trip, for the block. Its spec must have
+        `latency_on_wire`, or its server would add the latency a second time."""
+        if not sim.spec.latency_on_wire:
+            raise ValueError("a web on the wire needs WebSpec.latency_on_wire")
+        hosts = sim.web.hosts
+        self._set_delays({host.address: host.latency_ms_median / 1000 for host in hosts})
         _setns(self.web_ns)
         try:
             sim.start()
         finally:
             _setns(self.crawler_ns)
-        addresses = [host.address for host in sim.web.hosts]
+        addresses = [host.address for host in hosts]
         try:
             self._route("add", self.crawler_ns, self._devices[0], addresses)
             yield sim
@@ -171,9 +187,11 @@ class Wire:
             subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
 
 
-def relay(crawler_fd: int, web_fd: int, delays_s: dict[str, float]) -> None:
-    """Copy packets between the two TUN devices, each after half its host's round trip."""
-    one_way = {socket.inet_aton(address): delay / 2 for address, delay in delays_s.items()}
+def relay(crawler_fd: int, web_fd: int) -> None:
+    """Copy packets between the two TUN devices, each after half its host's round trip. The
+    round trips come on stdin, a JSON object per line ({address: seconds}), each answered
+    "ok" once applied; the relay exits when stdin closes (its parent is gone)."""
+    one_way: dict[bytes, float] = {}
     due: list[tuple[float, int, int, bytes]] = []
     order = itertools.count()  # ties in time keep the order packets came in
     ready = threading.Condition()
@@ -186,6 +204,15 @@ def relay(crawler_fd: int, web_fd: int, delays_s: dict[str, float]) -> None:
                 heapq.heappush(due, (time.monotonic() + delay, next(order), target, packet))
                 ready.notify()
 
+    def take_delays() -> None:
+        nonlocal one_way
+        for line in sys.stdin:
+            delays = json.loads(line)
+            one_way = {socket.inet_aton(address): rtt / 2 for address, rtt in delays.items()}
+            print("ok", flush=True)
+        os._exit(0)
+
+    threading.Thread(target=take_delays, daemon=True).start()
     threading.Thread(target=read, args=(crawler_fd, web_fd, slice(16, 20)), daemon=True).start()
     threading.Thread(target=read, args=(web_fd, crawler_fd, slice(12, 16)), daemon=True).start()
     while True:
@@ -197,4 +224,4 @@ def relay(crawler_fd: int, web_fd: int, delays_s: dict[str, float]) -> None:
 
 
 if __name__ == "__main__":
-    relay(int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]))
+    relay(int(sys.argv[1]), int(sys.argv[2]))
