@@ -49,8 +49,11 @@ def compact(crawl_dir: Path) -> Compaction:
     # committed ones would count as committed.
     discard_uncommitted(partial, commit)
     directories = [crawl_dir / name for name in _ORDER if (crawl_dir / name).is_dir()]
-    for directory in directories:  # merged files of a compaction that never wrote its journal
-        for stale in directory.glob(f"{PREFIX}-*.tmp"):
+    # Temporary files nothing will finish: merged files of a compaction that never wrote its
+    # journal, and a batch a killed node was writing in a dataset without the commit rule
+    # (metrics: seen left over from a crawl killed mid-write and resumed).
+    for directory in directories:
+        for stale in directory.glob("*.tmp"):
             stale.unlink()
     inputs = {d.name: sorted(d.glob("*.parquet")) for d in directories}
     merged = {name: files for name, files in inputs.items() if len(files) > 1}

@@ -132,6 +132,15 @@ def test_a_crash_after_the_journal_is_finished_by_the_next_resume(
     assert len(checkpoint.done) == 8 and len(checkpoint.pending) == 8
 
 
+def test_a_metrics_batch_a_killed_node_was_writing_is_dropped(tmp_path):
+    # Metrics have no commit rule, so nothing else removes the temporary file of a batch a
+    # node was writing when it was killed (seen after a killed and resumed crawl).
+    crawl_output(tmp_path)
+    (tmp_path / "metrics" / "node-1-000005.parquet.tmp").write_bytes(b"PAR1 half")
+    compact(tmp_path)
+    assert files(tmp_path)["metrics"] == ["compacted-000001.parquet"]
+
+
 def test_a_half_written_batch_is_dropped_not_merged(tmp_path):
     crawl_output(tmp_path)
     # node-1 died while closing: its last batch has its page but no fetches file.
