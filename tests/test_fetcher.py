@@ -191,11 +191,10 @@ def test_watchdog_cuts_only_what_outlives_its_deadline():
     assert watchdog.release(on_time) is False
 
 
-def test_wire_rtt_leaves_out_the_clients_own_work():
-    """The RTT the rate controller reads is stamped at the socket: from the request written to
-    the response's head read. It covers the server's delay (websim's 40 ms, no spread) and
-    leaves out the client's work around it, so it is never above the whole exchange's time,
-    on a fresh connection (its set-up not counted) or a reused one."""
+@pytest.fixture(scope="module")
+def fetches_from_a_slow_server() -> list[FetchResult]:
+    """Three pages over one connection from a server that answers after 40 ms (websim's
+    delay, inside the server; no spread)."""
     spec = WebSpec(
         hosts=1,
         pages=5,
@@ -208,34 +207,28 @@ def test_wire_rtt_leaves_out_the_clients_own_work():
     with WebSim(spec) as sim:
         session = ServerSession(CONFIG)
         try:
-            results = [session.get(sim.url_of(page)) for page in range(3)]
+            return [session.get(sim.url_of(page)) for page in range(3)]
         finally:
             session.close()
-    for result in results:
+
+
+def test_wire_rtt_leaves_out_the_clients_own_work(fetches_from_a_slow_server):
+    """The RTT the rate controller reads is stamped at the socket: from the request written to
+    the response's head read. It covers the server's delay and leaves out the client's work
+    around it, so it is never above the whole exchange's time, on a fresh connection (its
+    set-up not counted) or a reused one."""
+    for result in fetches_from_a_slow_server:
         assert result.status == 200
         assert result.wire_rtt_s is not None and result.rtt_s is not None
         assert 0.040 <= result.wire_rtt_s <= result.rtt_s
 
 
-def test_the_handshake_is_reported_once_per_connection_without_the_server_time():
-    """The TCP handshake times the network alone: a server that takes 40 ms to answer (websim's
-    delay is inside the server) does not stretch it. A reused connection reports none."""
-    spec = WebSpec(
-        hosts=1,
-        pages=5,
-        latency_ms=(40.0, 40.0),
-        latency_sigma=0.0,
-        rate_limit_rps=None,
-        keepalive_max=(100,),
-        keepalive_weights=(1.0,),
-    )
-    with WebSim(spec) as sim:
-        session = ServerSession(CONFIG)
-        try:
-            results = [session.get(sim.url_of(page)) for page in range(3)]
-        finally:
-            session.close()
-    first, *reused = results
+def test_the_handshake_is_reported_once_per_connection_without_the_server_time(
+    fetches_from_a_slow_server,
+):
+    """The TCP handshake times the network alone: the server's 40 ms do not stretch it. A
+    reused connection reports none."""
+    first, *reused = fetches_from_a_slow_server
     assert first.handshake_s is not None and 0 < first.handshake_s < 0.020
     assert [result.handshake_s for result in reused] == [None, None]
 
