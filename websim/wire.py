@@ -33,6 +33,7 @@ import heapq
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -82,6 +83,16 @@ def _setns(namespace: str | Path) -> None:
         os.close(fd)
 
 
+def _remove_orphans() -> None:
+    """Delete the namespaces of wires whose process is gone (killed before its __exit__)."""
+    if not _NETNS_DIR.is_dir():
+        return
+    for path in _NETNS_DIR.iterdir():
+        found = re.fullmatch(r"cf(\d+)[cw]", path.name)
+        if found and not Path(f"/proc/{found[1]}").exists():
+            subprocess.run(["ip", "netns", "del", path.name], check=False, capture_output=True)
+
+
 def _tun(name: str) -> int:
     fd = os.open("/dev/net/tun", os.O_RDWR)
     fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), _IFF_TUN | _IFF_NO_PI))
@@ -103,6 +114,7 @@ class Wire:
         reason = unavailable()
         if reason is not None:
             raise RuntimeError(f"no wire: {reason}")
+        _remove_orphans()
         _ip("netns", "add", self.crawler_ns)
         _ip("netns", "add", self.web_ns)
         fds = [_tun(device) for device in self._devices]
