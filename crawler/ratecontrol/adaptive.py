@@ -91,10 +91,9 @@ class AdaptiveRateController(PacedController):
       target as a server working one request at a time (M/M/1, the most delay-sensitive
       kind) would have it: inflation of the time in the server I = 1/(1 - busy share), so
       the target's rate is r * busy share at the setpoint / busy share now, capped at
-      MAX_RATE_ERROR times r where the RTT shows
-      little or no inflation (multiplicative increase). On such a server this closes
-      `rtt_gain` of the distance (in logs) per response whatever the distance, so it comes up
-      from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
+      MAX_RATE_ERROR times r where the RTT shows little or no inflation (multiplicative
+      increase). On such a server this closes `rtt_gain` of the distance (in logs) per
+      response whatever the distance, so it comes up from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
       responses, a lag of about half of them, over which the steps add up to well under the
       distance. Per response, not per second, so a slow host is not outrun. After a ban the
       loss side below sets the pace, and queueing brakes only from R/U = 2 * setpoint - 1
@@ -267,37 +266,41 @@ class AdaptiveRateController(PacedController):
         # stays above 1 (a setpoint under 1 asks for a negative busy share).
         return max(1.0 + (cfg.rtt_target - 1.0) / 2.0, cfg.rtt_target * margin)
 
-    def _rate_error(self, inflation: float | None) -> float:
-        """log(rate at the target / current rate) for a server that works one request at a time
-        (M/M/1, the most delay-sensitive kind) behind the network's round trip L: its time in
-        the server, RTT - L, is (U - L) / (1 - busy share). Capped at MAX_RATE_ERROR where the
-        RTT shows little or no inflation."""
+    def _busy_at(self, inflation: float) -> tuple[float, float] | None:
+        """For a server that works one request at a time (M/M/1, the most delay-sensitive
+        kind) behind the network's round trip L: the share of the time it is busy when its RTT
+        is `inflation` x U (its time in the server, RTT - L, is (U - L) / (1 - busy share)),
+        and U - L. None before U is known or when L is all of it (no load stretches it)."""
         unloaded = self.queueing.unloaded_s
-        if inflation is None or unloaded is None:
-            return math.log(MAX_RATE_ERROR)
+        if unloaded is None:
+            return None
         latency = min(self.queueing.latency_s, unloaded)
         in_server = unloaded - latency
-        if in_server <= 0:  # all of it network: the server's load cannot stretch it
+        if in_server <= 0:
+            return None
+        return 1.0 - in_server / (inflation * unloaded - latency), in_server
+
+    def _rate_error(self, inflation: float | None) -> float:
+        """log(rate at the target / current rate) for a server that works one request at a time
+        behind the network's round trip (see `_busy_at`); capped at MAX_RATE_ERROR where the
+        RTT shows little or no inflation."""
+        at_target = self._busy_at(self.setpoint())
+        now = None if inflation is None else self._busy_at(inflation)
+        if at_target is None or now is None:
             return math.log(MAX_RATE_ERROR)
-        busy_target = 1.0 - in_server / (self.setpoint() * unloaded - latency)
-        busy_now = 1.0 - in_server / (inflation * unloaded - latency)
+        busy_target, busy_now = at_target[0], now[0]
         if busy_now * MAX_RATE_ERROR <= busy_target:
             return math.log(MAX_RATE_ERROR)
         return math.log(busy_target / busy_now)
 
     def _rate_at_setpoint(self) -> float:
         """The rate at which a server that works one request at a time behind the network's
-        round trip L would answer at the setpoint: busy 1 - (U - L) / (setpoint x U - L) of
-        the time, each request (U - L) in the server. Infinite before U is known or when L is
-        all of it."""
-        unloaded = self.queueing.unloaded_s
-        if not self.queueing.known or unloaded is None:
+        round trip would answer at the setpoint (see `_busy_at`): its busy share there over its
+        time in the server. Infinite before U is known or when the network is all of it."""
+        at_target = self._busy_at(self.setpoint()) if self.queueing.known else None
+        if at_target is None:
             return math.inf
-        latency = min(self.queueing.latency_s, unloaded)
-        in_server = unloaded - latency
-        if in_server <= 0:
-            return math.inf
-        busy = 1.0 - in_server / (self.setpoint() * unloaded - latency)
+        busy, in_server = at_target
         return busy / in_server
 
     def _target_after_ban(self, now: float, overshot: bool) -> tuple[float, bool]:
