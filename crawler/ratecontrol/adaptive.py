@@ -93,11 +93,12 @@ class AdaptiveRateController(PacedController):
       the target's rate is r * busy share at the setpoint / busy share now, capped at
       MAX_RATE_ERROR times r where the RTT shows little or no inflation (multiplicative
       increase). On such a server this closes `rtt_gain` of the distance (in logs) per
-      response whatever the distance, so it comes up from the ceiling fast and settles without oscillating: R averages RECENT_SAMPLES
-      responses, a lag of about half of them, over which the steps add up to well under the
-      distance. Per response, not per second, so a slow host is not outrun. After a ban the
-      loss side below sets the pace, and queueing brakes only from R/U = 2 * setpoint - 1
-      (twice the setpoint's distance from U).
+      response whatever the distance, so it comes up from the ceiling fast and settles
+      without oscillating: R averages RECENT_SAMPLES responses, a lag of about half of them,
+      over which the steps add up to well under the distance. Per response, not per
+      second, so a slow host is not outrun. After a ban the loss side below sets the pace,
+      and queueing brakes only from R/U = 2 * setpoint - 1 (twice the setpoint's distance
+      from U).
     - A server with several workers does not queue one request behind another: its RTT does
       not rise with the rate, and the division by (1 + busy share) put U too low. Once r has
       stayed at FLAT_RATE_FACTOR (2.5) times the ceiling's rate for RECENT_SAMPLES responses
