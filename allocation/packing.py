@@ -95,7 +95,8 @@ def _best_subset(ordered: list[str], demand: dict[str, tuple[float, ...]],
 
     def fitting(load: tuple[float, ...], candidates: list[int]) -> list[int]:
         """The candidates that fit on top of ``load``: only they can extend the subset, and
-        loads only grow, so each level of the search scans what fit its parent."""
+        demands are non-negative, so loads only grow and each level of the search need only scan
+        what fit its parent."""
         cpu, memory, bandwidth = load
         return [k for k in candidates
                 if cpu + rows[k][0] <= limit_cpu and memory + rows[k][1] <= limit_memory
