@@ -85,30 +85,39 @@ def _best_subset(ordered: list[str], demand: dict[str, tuple[float, ...]],
     def fill(load: tuple[float, ...]) -> float:
         return sum(w * load[d] / capacity[d] for d, w in weight.items())
 
-    first = ordered[0]
-    best = [first]
-    best_fill = fill(demand[first])
-    chosen = [first]
+    rows = [demand[t] for t in ordered]
+    # As Resources.fits_in; unpacked, since the scans below are most of the packing's time.
+    limit_cpu, limit_memory, limit_bandwidth = (c * (1 + 1e-9) + 1e-12 for c in capacity)
+    best = [0]
+    best_fill = fill(rows[0])
+    chosen = [0]
     nodes = 0
-    limit = tuple(c * (1 + 1e-9) + 1e-12 for c in capacity)  # as Resources.fits_in
 
-    def search(start: int, load: tuple[float, ...]) -> None:
+    def fitting(load: tuple[float, ...], candidates: list[int]) -> list[int]:
+        """The candidates that fit on top of ``load``: only they can extend the subset, and
+        demands are non-negative, so loads only grow and each level of the search need only scan
+        what fit its parent."""
+        cpu, memory, bandwidth = load
+        return [k for k in candidates
+                if cpu + rows[k][0] <= limit_cpu and memory + rows[k][1] <= limit_memory
+                and bandwidth + rows[k][2] <= limit_bandwidth]
+
+    def search(load: tuple[float, ...], candidates: list[int]) -> None:
         nonlocal best, best_fill, nodes
         nodes += 1
         value = fill(load)
         if value > best_fill:
             best, best_fill = list(chosen), value
-        for k in range(start, len(ordered)):
+        for position, k in enumerate(candidates):
             if nodes >= SEARCH_NODES:
                 return
-            new = tuple(a + b for a, b in zip(load, demand[ordered[k]], strict=True))
-            if all(a <= c for a, c in zip(new, limit, strict=True)):
-                chosen.append(ordered[k])
-                search(k + 1, new)
-                chosen.pop()
+            new = tuple(a + b for a, b in zip(load, rows[k], strict=True))
+            chosen.append(k)
+            search(new, fitting(new, candidates[position + 1:]))
+            chosen.pop()
 
-    search(1, demand[first])
-    return best
+    search(rows[0], fitting(rows[0], list(range(1, len(ordered)))))
+    return [ordered[k] for k in best]
 
 
 def eliminate_bins(instance: Instance, packing: Packing) -> Packing:

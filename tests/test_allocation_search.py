@@ -310,9 +310,10 @@ def test_near_counts_add_cheap_nodes_while_they_beat_the_best_plan() -> None:
     instance = Instance((big, small), cubes(1.0))
     variants = {tuple(sorted(v)) for v in milp._near_counts(instance, ("big",) * 3, 3.5)}
     # Small nodes cost 0.1 each while reserved, then 0.2, and there are at most three (3.4 in
-    # all); a fourth big node would cost 4.0; one big node can be exchanged for a small one.
-    assert variants == {("big",) * 3 + ("small",) * k for k in (1, 2, 3)} | {("big", "big",
-                                                                                 "small")}
+    # all); a fourth big node would cost 4.0; one big node can be exchanged for a small one, or
+    # for two (one of the exchanged type and one of any type but the one removed).
+    assert variants == {("big",) * 3 + ("small",) * k for k in (1, 2, 3)} | {
+        ("big", "big", "small"), ("big", "big", "small", "small")}
 
 
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
@@ -523,3 +524,13 @@ def test_a_plan_in_hand_survives_cbc_calling_the_model_infeasible(
     result = solve_milp(instance, time_limit_s=5)
     validate_plan(instance, result.plan)
     assert result.time_limit_hit and result.plan.total_cost <= heuristic.total_cost
+
+
+def test_counts_are_searched_from_the_relaxation_with_the_nearest_counts() -> None:
+    bound_start: Packing = {"a": [["t1"]]}
+    other_start: Packing = {"a": [["t2"]]}
+    starts = [({"a": 3, "b": 0}, bound_start), ({"a": 2, "b": 1}, other_start)]
+    assert milp._nearest_start(("a", "a", "b"), starts) is other_start
+    assert milp._nearest_start(("a", "a", "a"), starts) is bound_start
+    # One node from each: the first (the bound's) is kept.
+    assert milp._nearest_start(("a", "a"), starts) is bound_start
