@@ -54,6 +54,10 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
         host = f"{profile.address}:{web.port}"
         stats = frontier.servers[host].stats
         assert stats.requests_per_connection == profile.keepalive_max
+        # The handshake reached the rate controller, also where robots.txt's request opened
+        # the only connection (a server that keeps it open for all of its pages).
+        controller = frontier.servers[host].controller
+        assert controller is not None and controller.network_rtt_s > 0
         assert stats.connections >= 1
         # A smoothed mean of the server's response times, each at most its fetch's RTT.
         assert 0.0 <= stats.response_time <= slowest_s[host] + 1e-9

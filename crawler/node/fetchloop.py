@@ -191,6 +191,11 @@ class FetchLoop:
         self._free_slot(result)
         with core.lock:
             server.stats.on_response(result.status, result.rtt_s, result.headers)
+            # Usually the request that opened the connection: on a server that keeps it open,
+            # the only handshake for a long while.
+            if result.handshake_s is not None:
+                assert server.controller is not None  # every owned server has one
+                server.controller.on_handshake(result.handshake_s)
         self._recorder.fetch(result, UrlTask(robots_url, depth=0), result.error)
         now = time.monotonic()
         # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
