@@ -75,6 +75,12 @@ class FetchResult:
     # connection: the network's round trip to the server (the server's kernel answers it, so
     # the server's load does not stretch it).
     handshake_s: float | None = None
+    # The least RTT the kernel has measured on the connection so far (TCP_INFO's min_rtt): the
+    # handshake and every acknowledgement the server's kernel sent at once, none of which waits
+    # for the server's work, so the network's round trip and what queued on the way. Each
+    # exchange adds samples, so a handshake that met a queue (many connections opened at
+    # once) is outdone by the next quick acknowledgement.
+    network_rtt_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
     @property
@@ -213,22 +219,24 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
-# struct tcp_info (linux/tcp.h): tcpi_rtt, the smoothed RTT in microseconds, after 8 one-byte
-# fields and 15 four-byte ones.
+# struct tcp_info (linux/tcp.h), in microseconds: tcpi_rtt, the smoothed RTT, after 8 one-byte
+# fields and 15 four-byte ones; tcpi_min_rtt, the least RTT sample, further on (Linux 4.9+).
 _TCPI_RTT_OFFSET = 68
+_TCPI_MIN_RTT_OFFSET = 148
 
 
-def _handshake_rtt_s(sock: socket.socket) -> float | None:
-    """The handshake's round trip as the kernel measured it (TCP_INFO's RTT, right after the
-    connect: its only sample so far is the SYN's). The kernel's clock, not ours: a thread that
-    waits for the GIL once connect() returns, or a process descheduled on a loaded machine,
-    would read the handshake long by as much, and a retransmitted SYN is timed by its echoed
-    timestamp, not from the first one. None where the kernel does not say (not Linux)."""
+def _kernel_rtt_s(sock: socket.socket, offset: int) -> float | None:
+    """An RTT of `sock` as the kernel measured it (TCP_INFO). The kernel's clock, not ours: a
+    thread that waits for the GIL once a call returns, or a process descheduled on a loaded
+    machine, would read it long by as much, and a retransmitted segment is timed by its echoed
+    timestamp. None where the kernel does not say (not Linux, an older kernel)."""
     try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
     except (AttributeError, OSError):
         return None
-    (rtt_us,) = struct.unpack_from("I", info, _TCPI_RTT_OFFSET)
+    if len(info) < offset + 4:
+        return None
+    (rtt_us,) = struct.unpack_from("I", info, offset)
     return rtt_us / 1e6 if rtt_us else None
 
 
@@ -243,22 +251,26 @@ class _WireTimedConnection(HTTPConnection):
     request_sent_at: float | None = None
     response_read_at: float | None = None
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
+    network_rtt_s: float | None = None  # the kernel's least RTT on it, at the last answer
 
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()  # the TCP connect only: TLS, if any, comes after
-        self.handshake_s = _handshake_rtt_s(sock)
+        # Right after the connect, the kernel's only RTT sample is the handshake's.
+        self.handshake_s = _kernel_rtt_s(sock, _TCPI_RTT_OFFSET)
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
-        self.request_sent_at = self.response_read_at = None
+        self.request_sent_at = self.response_read_at = self.network_rtt_s = None
         if self.sock is None:
             self.connect()  # what http.client would do inside the write: not server time
         self.request_sent_at = time.monotonic()
         super().request(*args, **kwargs)
 
     def getresponse(self) -> Any:
+        sock = self.sock  # held: an answer that closes the connection takes it from self
         response = super().getresponse()
         self.response_read_at = time.monotonic()
+        self.network_rtt_s = _kernel_rtt_s(sock, _TCPI_MIN_RTT_OFFSET)
         return response
 
     @property
@@ -327,6 +339,12 @@ class _CuttableAdapter(HTTPAdapter):
         """The wire time of the last exchange (see _WireTimedConnection), if it got that far."""
         conn = self._in_use
         return conn.wire_rtt_s if isinstance(conn, _WireTimedConnection) else None
+
+    def network_rtt_s(self) -> float | None:
+        """The least RTT the kernel had seen on the connection in use when the last answer
+        came (see FetchResult.network_rtt_s)."""
+        conn = self._in_use
+        return conn.network_rtt_s if isinstance(conn, _WireTimedConnection) else None
 
     def take_handshake_s(self) -> float | None:
         """The handshake of the connection in use if it has not been taken yet: once per
@@ -399,6 +417,7 @@ class ServerSession:
             result.rtt_s = time.monotonic() - started
             result.wire_rtt_s = self._adapter.wire_rtt_s()
             result.handshake_s = self._adapter.take_handshake_s()
+            result.network_rtt_s = self._adapter.network_rtt_s()
             self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)

@@ -348,7 +348,7 @@ def run_degrading(
     rtts: list[float] = []
     latency = model.latency_s if isinstance(model, QueueingModel) and on_the_wire else 0.0
     if on_the_wire:
-        controller.on_handshake(latency)
+        controller.on_network_rtt(latency)
     while len(rtts) < pages:
         start = max(controller.earliest_next(), now)
         controller.on_request_start(start)

@@ -191,11 +191,11 @@ class FetchLoop:
         self._free_slot(result)
         with core.lock:
             server.stats.on_response(result.status, result.rtt_s, result.headers)
-            # Usually the request that opened the connection: on a server that keeps it open,
-            # the only handshake for a long while.
-            if result.handshake_s is not None:
+            # Usually the request that opened the connection: its handshake is the network's
+            # first reading.
+            if result.network_rtt_s is not None:
                 assert server.controller is not None  # every owned server has one
-                server.controller.on_handshake(result.handshake_s)
+                server.controller.on_network_rtt(result.network_rtt_s)
         self._recorder.fetch(result, UrlTask(robots_url, depth=0), result.error)
         now = time.monotonic()
         # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
@@ -316,8 +316,8 @@ class FetchLoop:
         with core.lock:
             # The wire time where there is one: the client's own work is no server's load.
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
-            if result.handshake_s is not None:
-                controller.on_handshake(result.handshake_s)
+            if result.network_rtt_s is not None:
+                controller.on_network_rtt(result.network_rtt_s)
             controller.on_response(now, rtt_s, result.status, retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.touched.add(server.host)

@@ -74,11 +74,12 @@ class AdaptiveRateController(PacedController):
       load. Where a host settles is then set by hundreds of samples, not by the ceiling's
       few, and U follows a server that slows down or speeds up.
     - Network latency L does not queue: the server's load stretches only the time in the
-      server, RTT - L. L is the shortest TCP handshake to the host (`on_handshake`; the
-      server's kernel answers it, whatever the server's load), 0 until one is timed. Every
-      division above and every busy share applies to RTT - L (U = L + (RTT - L) / (1 + busy
-      share)). Without it, the division read U low by up to the busy share times L, and a
-      host whose RTT is a fifth network settled at 1.3x instead of the setpoint.
+      server, RTT - L. L is the least RTT the kernel measured on the connection to the host
+      (`on_network_rtt`: the TCP handshake and the acknowledgements the server's kernel sends
+      before the server's work, whatever its load), 0 until there is one. Every division
+      above and every busy share applies to RTT - L (U = L + (RTT - L) / (1 + busy share)).
+      Without it, the division read U low by up to the busy share times L, and a host whose
+      RTT is a fifth network settled at 1.3x instead of the setpoint.
     - Slow start: until the first ban, r doubles every `slow_start_doubling_s` of pacing
       (per clean response, r *= 2**(delay/doubling), so idle time does not count), until R
       has risen by half the target's distance from U over its value at the ceiling (as
@@ -223,8 +224,8 @@ class AdaptiveRateController(PacedController):
         # The rate the server sees: our pacing, or the fetch time when that is longer.
         self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
 
-    def on_handshake(self, seconds: float) -> None:
-        super().on_handshake(seconds)
+    def on_network_rtt(self, seconds: float) -> None:
+        super().on_network_rtt(seconds)
         self.queueing.latency_s = self.network_rtt_s
 
     def on_response(

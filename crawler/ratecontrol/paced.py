@@ -30,9 +30,9 @@ class PacedController(ABC):
         self.floor_s = 0.0
         self.last_start: float | None = None
         self.pause_until = now
-        # The shortest TCP handshake seen (0 before one): the network's round trip to the
-        # server, a floor every page RTT pays whatever the server's load. The shortest, as
-        # TCP keeps its minimum RTT: queues in the network only lengthen it.
+        # The least network RTT seen (0 before one; see `on_network_rtt`): the network's round
+        # trip to the server, a floor every page RTT pays whatever the server's load. The
+        # least, as TCP keeps its minimum RTT: queues in the network only lengthen it.
         self.network_rtt_s = 0.0
         # Host pauses are not jittered: one connection per host has nothing to desynchronize,
         # and a fixed schedule keeps the crawl reproducible.
@@ -92,7 +92,7 @@ class PacedController(ABC):
         excess = self._bad_streak - grace
         return self._backoff.ceiling(excess) if excess >= 1 else 0.0
 
-    def on_handshake(self, seconds: float) -> None:
+    def on_network_rtt(self, seconds: float) -> None:
         if seconds > 0 and (self.network_rtt_s == 0 or seconds < self.network_rtt_s):
             self.network_rtt_s = seconds
 

@@ -33,9 +33,10 @@ class HostRateController(Protocol):
         """Every result of a request; `status` None is a network error."""
         ...
 
-    def on_handshake(self, seconds: float) -> None:
-        """The TCP handshake of a new connection to this host took `seconds`: the network's
-        round trip, which the server's load does not stretch."""
+    def on_network_rtt(self, seconds: float) -> None:
+        """The kernel's least RTT on the connection to this host so far (its handshake, and
+        acknowledgements sent before the server's work): the network's round trip, which the
+        server's load does not stretch."""
         ...
 
     def set_floor_delay(self, seconds: float) -> None:

@@ -24,9 +24,9 @@ class QueueingDelay:
       the server divided by (1 + busy share): a server working one request at a time (M/M/1)
       stretches its response time by exactly that at any load, one with more workers by
       less, so the estimate errs low, on the polite side. The time in the server is the RTT
-      less `latency_s`, the network's round trip (the caller's reading of the TCP handshake,
-      0 until it has one): that part does not queue, and stretched with the rest it would put
-      U low by up to the busy share times the latency.
+      less `latency_s`, the network's round trip (the caller's reading of the kernel's least
+      RTT on the connection, 0 until it has one): that part does not queue, and stretched
+      with the rest it would put U low by up to the busy share times the latency.
       Known from `samples` of them. At first only requests sent at a low busy share count
       (where a server with more workers is misread least); once the caller has seen the server
       queue, `count_every_load` lets every page in, so that U keeps firming up over the crawl
