@@ -279,6 +279,12 @@ class _WireTimedConnection(HTTPConnection):
             return None
         return self.response_read_at - self.request_sent_at
 
+    def take_handshake_s(self) -> float | None:
+        """The handshake if it has not been taken yet: once per connection, so an exchange on
+        a reused one reports none."""
+        seconds, self.handshake_s = self.handshake_s, None
+        return seconds
+
 
 class _WireTimedHTTPSConnection(HTTPSConnection, _WireTimedConnection):
     pass
@@ -335,25 +341,11 @@ class _CuttableAdapter(HTTPAdapter):
         """The connection of the request in flight, or of the last one."""
         return self._pool.in_use if isinstance(self._pool, _TrackingPool) else None
 
-    def wire_rtt_s(self) -> float | None:
-        """The wire time of the last exchange (see _WireTimedConnection), if it got that far."""
+    @property
+    def timed_in_use(self) -> _WireTimedConnection | None:
+        """The connection of the request in flight, or of the last one, with its timings."""
         conn = self._in_use
-        return conn.wire_rtt_s if isinstance(conn, _WireTimedConnection) else None
-
-    def network_rtt_s(self) -> float | None:
-        """The least RTT the kernel had seen on the connection in use when the last answer
-        came (see FetchResult.network_rtt_s)."""
-        conn = self._in_use
-        return conn.network_rtt_s if isinstance(conn, _WireTimedConnection) else None
-
-    def take_handshake_s(self) -> float | None:
-        """The handshake of the connection in use if it has not been taken yet: once per
-        connection, so a reused one reports none."""
-        conn = self._in_use
-        if not isinstance(conn, _WireTimedConnection):
-            return None
-        seconds, conn.handshake_s = conn.handshake_s, None
-        return seconds
+        return conn if isinstance(conn, _WireTimedConnection) else None
 
     def cut(self) -> None:
         """Shut the socket of the request in flight: a read blocked on it returns at once."""
@@ -415,9 +407,11 @@ class ServerSession:
             result.headers = {k.lower(): v for k, v in response.headers.items()}
             result.request_headers = dict(response.request.headers)
             result.rtt_s = time.monotonic() - started
-            result.wire_rtt_s = self._adapter.wire_rtt_s()
-            result.handshake_s = self._adapter.take_handshake_s()
-            result.network_rtt_s = self._adapter.network_rtt_s()
+            timed = self._adapter.timed_in_use
+            if timed is not None:
+                result.wire_rtt_s = timed.wire_rtt_s
+                result.handshake_s = timed.take_handshake_s()
+                result.network_rtt_s = timed.network_rtt_s
             self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)
