@@ -1,8 +1,8 @@
 """The restricted master: the cheapest plan made of known patterns (bins), with CBC.
 
-Patterns come from every candidate packing and from column generation. Choosing the cheapest set
-of them that covers every task (``lambda_p`` binary, reserved and surcharge node counts integer,
-within ``max_reserved`` and ``max_surcharge``) recombines bins of different candidates; a task
+Patterns are the bins of every candidate packing. Choosing the cheapest set of them that covers
+every task (``lambda_p`` binary, reserved and surcharge node counts integer, within
+``max_reserved`` and ``max_surcharge``) recombines bins of different candidates; a task
 covered twice is then kept in its first bin only, which keeps every bin within capacity.
 """
 
