@@ -126,7 +126,7 @@ class CrawlAllocation:
         return None if self.milp is None else self.milp.plan.total_cost
 
 
-def plan_crawl(host_pages: dict[str, int], node_types: Sequence[NodeType], avg_page_kb: float,
+def scope_crawl(host_pages: dict[str, int], node_types: Sequence[NodeType], avg_page_kb: float,
                pages_per_s_per_host: float, budget_s: float,
                time_limit_s: float = 2.0) -> CrawlAllocation:
     """Estimate task demands, run first fit and the MILP (``time_limit_s``), and choose.

@@ -7,7 +7,7 @@ run the table shows the outcome (rows per error class, and per HTTP status >= 30
 fetched against those a robust crawler must fetch, pages lost (expected but not fetched, or
 known to the crawl and left without a final fetches row), duplicates (URLs with more than one
 final row), the requests the hostile hosts received (counted by websim) and the URL family
-(crawler/traps.py) that took most of them, worker threads that died, the node's peak RSS and
+(crawler/scope/traps.py) that took most of them, worker threads that died, the node's peak RSS and
 the time to finish.
 
 Then the hostile site of issue 13 (`hostile_site`: about 40 good pages among an endless
@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from crawler.config import CrawlConfig
-from crawler.politeness import is_retryable
-from crawler.traps import url_family
-from crawler.urls import canonical_url, host_key
+from crawler.fetching.politeness import is_retryable
+from crawler.scope.traps import url_family
+from crawler.scope.urls import canonical_url, host_key
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from storage.views import connect

@@ -3,7 +3,8 @@ on and off, with a delay on every call to shared state.
 
 Serves a synthetic web of realistic pages (40 KB, 200 links, 15% of them to other servers) on
 loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does (the
-Ray runtime, `runtime.backends.start_fleet`, and `crawler.coordinator.Coordinator`), for a fixed
+Ray runtime, `runtime.backends.start_fleet`, and `crawler.cluster.coordinator.Coordinator`), for a
+fixed
 time each. Every call a node makes to shared state (the Bloom filter actor, the exchange actor)
 first waits the injected delay, as if the store were 10 ms away. Four variants:
 
@@ -57,8 +58,8 @@ from typing import Any
 import matplotlib
 
 from bench import results_dir
+from crawler.cluster.coordinator import Progress
 from crawler.config import config_from_dict, with_overrides
-from crawler.coordinator import Progress
 from crawler.node import NodeStatus
 from runtime.backends import start_fleet
 from runtime.fleet import FleetPlan, LoneNode

@@ -32,11 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawler.config import CrawlConfig, SchedulingSettings
-from crawler.frontier import Frontier
-from crawler.quality import PageRankQuality
-from crawler.server import ServerState
-from crawler.urlqueue import UrlTask
+from crawler.config import CrawlConfig
+from crawler.scheduling.frontier import Frontier
+from crawler.scheduling.quality import PageRankQuality
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.settings import SchedulingSettings
+from crawler.scheduling.urlqueue import UrlTask
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from websim import WebSim, WebSpec

@@ -13,7 +13,7 @@ file and which with the crawler's own PageRank. Page times are the `fetch_time` 
 `pages` Parquet rows, from the moment the seeds are queued.
 
 The crawler runs in-process (one `crawler.node.CrawlerNode` of the in-process runtime,
-runtime/inprocess.py, seeded through `crawler.coordinator.Coordinator`): the fetch loop the
+runtime/inprocess.py, seeded through `crawler.cluster.coordinator.Coordinator`): the fetch loop the
 flow runs in a Ray actor, without Prefect and Ray start-up inside the budget. One node owns
 every server, so no URL is routed after the seeds. Seeding the home pages rather than websim's
 hub keeps the hub server's own response time (up to seconds) from delaying each crawl's start
@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from crawler.scheduling import POLICIES
+from crawler.scheduling.policies import POLICIES
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from websim import WebSim, WebSpec

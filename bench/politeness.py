@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results_dir
-from crawler.urls import host_key
+from crawler.scope.urls import host_key
 from storage.plots import plot_host_rates
 from storage.views import connect
 from websim import WebSim, WebSpec

@@ -48,7 +48,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from bench import results_dir
 from crawler.config import CrawlConfig
-from crawler.recrawl import start_depths, start_urls
+from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from tasks.recrawl import load_revisits, start_manifest

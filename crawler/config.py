@@ -15,164 +15,19 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from crawler.politeness import RetrySettings
+from crawler.cluster.settings import DedupSettings, ExchangeSettings
+from crawler.fetching.politeness import RetrySettings
+from crawler.fetching.settings import FetchSettings
 from crawler.ratecontrol import RateControlSettings
-from crawler.scheduling import (
-    DEFAULT_ESTIMATE_WEIGHT,
-    DEFAULT_KEEPALIVE_SPEEDUP,
-    POLICIES,
-    Policy,
-)
+from crawler.scheduling.settings import SchedulingSettings
+from crawler.scope.settings import LimitSettings
 from crawler.section import Section
-from crawler.traps import DEFAULT_STRIP_PARAMS
-from crawler.urls import MAX_URL_LENGTH
 
 
 class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message is one line."""
-
-
-class FetchSettings(Section):
-    """`[fetch]`: how one HTTP request is made and cut off (crawler/fetcher.py), redirects and
-    robots.txt (the node)."""
-
-    user_agent: str = Field("crawlflow/0.1", description="User-Agent header and robots.txt agent")
-    connect_timeout_s: float = Field(5.0, gt=0, description="per request")
-    read_timeout_s: float = Field(15.0, gt=0, description="per read")
-    fetch_timeout_s: float = Field(
-        60.0, gt=0, description="wall-clock limit on one fetch: connect, headers and body"
-    )
-    max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
-    max_decoded_bytes: int = Field(
-        10_000_000, ge=1024, description="bodies past this once gzip/deflate/br is undone"
-    )
-    max_redirects: int = Field(10, ge=0, description="redirect hops followed from one URL")
-    robots_retry_s: float = Field(
-        30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
-    )
-    # Off by default: a sitemap is extra requests on every server (a /sitemap.xml probe where
-    # robots.txt names none), and they count as URLs admitted when a crawl resumes.
-    sitemaps: bool = Field(
-        False,
-        description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml), fetched "
-        "over its connection at its pace",
-    )
-
-
-class LimitSettings(Section):
-    """`[limits]`: what a crawl fetches at most, against hostile servers and link traps
-    (crawler/limits.py, crawler/traps.py), and when it stops (the deadline)."""
-
-    max_url_length: int = Field(
-        MAX_URL_LENGTH, ge=16, le=MAX_URL_LENGTH, description="longer URLs are not fetched"
-    )
-    max_pages_per_host: int = Field(100_000, ge=1, description="URLs fetched per server")
-    strip_params: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_STRIP_PARAMS),
-        description="query/path parameters removed from every discovered URL (session ids, "
-        "tracking); name* is a prefix",
-    )
-    trap_max_urls_per_pattern: int = Field(
-        100,
-        ge=1,
-        description="URLs fetched per server and path pattern (digits masked), plus one per "
-        "page of the pattern with new content",
-    )
-    trap_max_segment_repeats: int = Field(
-        3, ge=1, description="times one path segment may occur in a URL's path"
-    )
-    max_depth_per_host: int = Field(
-        30, ge=0, description="links followed inside one server from where the crawl entered it"
-    )
-    family_error_budget: int = Field(
-        20,
-        ge=1,
-        description="404/410/failed fetches in a row in one URL family of a server before its "
-        "other URLs are skipped",
-    )
-    time_budget_s: float = Field(
-        3600.0,
-        gt=0,
-        description="the deadline: the crawl stops this many seconds after its start; what is "
-        "left is recorded for a resumed run (--deadline)",
-    )
-
-    @field_validator("strip_params")
-    @classmethod
-    def _valid_strip_params(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not name.rstrip("*"):
-                raise ValueError(f"{name!r} names no parameter (a prefix needs letters before *)")
-        return value
-
-
-class SchedulingSettings(Section):
-    """`[scheduling]`: which server a node connects to next and how long it keeps the
-    connection (SPEC section 3; crawler/scheduling.py, crawler/frontier.py)."""
-
-    policy: Policy = Field("capability", description=f"scheduling policy: {', '.join(POLICIES)}")
-    quality_file: str | None = Field(
-        None, description="page quality per URL (.parquet or .csv: url, quality); else PageRank"
-    )
-    max_connections: int = Field(64, ge=1, le=4096, description="open connections per node")
-    requests_per_connection: int = Field(
-        50, ge=1, description="URLs fetched over one keep-alive connection to a new server"
-    )
-    keepalive_speedup: float = Field(
-        DEFAULT_KEEPALIVE_SPEEDUP, gt=0, description="p in T = 2*ConnectionTime + P*ResponseTime/p"
-    )
-    estimate_weight: float = Field(
-        DEFAULT_ESTIMATE_WEIGHT,
-        ge=0,
-        lt=1,
-        description="w in est <- w*est + (1-w)*measured (connection stats)",
-    )
-
-    @field_validator("quality_file")
-    @classmethod
-    def _valid_quality_file(cls, value: str | None) -> str | None:
-        if value is not None:
-            if Path(value).suffix not in (".parquet", ".csv"):
-                raise ValueError("must be a .parquet or .csv file")
-            if not Path(value).is_file():
-                raise ValueError(f"no such file: {value}")
-        return value
-
-
-class ExchangeSettings(Section):
-    """`[exchange]`: how nodes share URLs and servers (SPEC section 4; crawler/exchange.py).
-    Each optimization can be switched off for comparison."""
-
-    batch: int = Field(
-        200, ge=1, description="URLs (or servers' worth) per call to shared state; 1: unbatched"
-    )
-    heartbeat_s: float = Field(0.5, gt=0, description="node status and send-buffer interval")
-    throughput_window: int = Field(8, ge=2, description="heartbeats in the throughput window")
-    balance: bool = Field(True, description="move servers between nodes by the water level")
-    balance_tolerance: float = Field(
-        0.25, ge=0, description="a node hands servers on above (1 + this) x its fair share"
-    )
-    shared_state_delay_s: float = Field(
-        0.0, ge=0, description="added to every call to shared state (benchmarks: a far store)"
-    )
-
-
-class DedupSettings(Section):
-    """`[dedup]`: the URLs seen by any node (crawler/dedup.py): a shared Bloom filter with an
-    LRU cache in front of it on each node."""
-
-    cache_size: int = Field(
-        100_000, ge=0, description="LRU entries in front of the shared Bloom filter; 0: none"
-    )
-    expected_urls: int | None = Field(
-        None,
-        ge=1,
-        description="Bloom filter capacity; default servers x [plan] expected_pages_per_host",
-    )
-    fp_rate: float = Field(1e-6, gt=0, lt=1, description="Bloom filter false positives")
-    shards: int = Field(1, ge=1, le=64, description="Bloom filter actors")
 
 
 class OutputSettings(Section):

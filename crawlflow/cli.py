@@ -17,7 +17,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from crawler.ratecontrol import Mode
-from crawler.scheduling import Policy
+from crawler.scheduling.policies import Policy
 from runtime.environment import prepare_environment
 
 prepare_environment()
@@ -94,8 +94,8 @@ def crawl(
     with conditional GETs, those most likely changed first."""
     from crawler.config import read_config_file, with_overrides
     from crawler.request import crawl_request
-    from crawler.seeds import resolve_scope
-    from crawlflow.runtime import run_crawl
+    from crawler.scope.seeds import resolve_scope
+    from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
 
     settings = with_overrides(
@@ -127,7 +127,7 @@ def crawl(
     # Fail fast, before Prefect and Ray start.
     resolve_scope(request.seeds, request.allow, request.allow_private)
     if since is not None:
-        from crawler.recrawl import require_earlier_crawl  # only then: it imports DuckDB
+        from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
 
         require_earlier_crawl(out, since)  # before Prefect and Ray start
     summary = run_crawl(request)
@@ -234,15 +234,15 @@ def demo(
 def _user_errors() -> tuple[type[BaseException], ...]:
     from allocation.model import InstanceError
     from crawler.config import ConfigError
-    from crawler.recrawl import RecrawlError
-    from crawler.seeds import SeedError
+    from crawler.scheduling.recrawl import RecrawlError
+    from crawler.scope.seeds import SeedError
     from storage.views import OutputNotFound
 
     return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError, RecrawlError)
 
 
 def _crawl_failed() -> type[BaseException]:
-    from crawler.coordinator import CrawlFailed
+    from crawler.cluster.coordinator import CrawlFailed
 
     return CrawlFailed
 

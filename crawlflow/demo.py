@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from crawler.request import CrawlRequest
-from crawlflow.runtime import crawl_runtime, run_crawl
+from crawlflow.boot import crawl_runtime, run_crawl
 from crawlflow.summary import print_report
 from websim import WebSim, WebSpec
 from websim.coverage import coverage

@@ -19,7 +19,7 @@ def main() -> None:
     args = sys.argv[1:]
     if args and args[0] in CRAWLING_COMMANDS and "--help" not in args:
         prepare_environment()  # the server inherits it: no telemetry
-        from crawlflow.runtime import boot_for_the_command
+        from crawlflow.boot import boot_for_the_command
 
         boot_for_the_command()
     from crawlflow.cli import main as run_command

@@ -8,17 +8,17 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from crawler.recrawl import start_depths, start_urls
 from crawler.request import CrawlRequest
+from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes
-from tasks.plan import plan_crawl
 from tasks.recrawl import plan_recrawl
 from tasks.report import report_crawl
 from tasks.resume import read_checkpoint
+from tasks.scope import scope_crawl
 
 
 def default_crawl_id() -> str:
@@ -38,7 +38,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     the crawl summary."""
     crawl_id = request.crawl_id or default_crawl_id()
     out_dir, max_pages, settings = request.out_dir, request.max_pages, request.config
-    scope = plan_crawl(request.seeds, request.allow, request.allow_private)
+    scope = scope_crawl(request.seeds, request.allow, request.allow_private)
     revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
     start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
     depths = start_depths(scope.seeds, revisits)

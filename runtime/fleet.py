@@ -1,6 +1,7 @@
 """The runtime's one interface: a fleet of linked crawler nodes built from the plan, the shared
-state they route URLs and servers through (crawler/exchange.py, crawler/dedup.py), and what the
-driver does with it (seed and watch it through crawler.coordinator, add a node, stop it).
+state they route URLs and servers through (crawler/cluster/exchange.py, crawler/cluster/dedup.py),
+and what the
+driver does with it (seed and watch it through crawler.cluster.coordinator, add a node, stop it).
 
 Two backends build it (`runtime.backends.start_fleet`): Ray actors (runtime/ray_backend.py,
 what the flow runs) and plain objects in this process (runtime/inprocess.py, what tests and
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from crawler.cluster.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator, ExchangeView, NodeHandle, Recover, Surcharge
 from crawler.node import NodeSettings, NodeStatus
-from crawler.recrawl import Revisits
+from crawler.scheduling.recrawl import Revisits
 
 
 class PlannedNode(Protocol):
@@ -53,7 +54,8 @@ class FleetPlan:
     allow_private: bool
     max_depth: int | None
     max_pages: int | None
-    revisits: Revisits | None = None  # a recrawl's knowledge of the URLs (crawler/recrawl.py)
+    # a recrawl's knowledge of the URLs (crawler/scheduling/recrawl.py)
+    revisits: Revisits | None = None
 
     @property
     def crawl_dir(self) -> Path:

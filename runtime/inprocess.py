@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from crawler.coordinator import NodeLost
-from crawler.dedup import BloomShard
-from crawler.exchange import Exchange
+from crawler.cluster.coordinator import NodeLost
+from crawler.cluster.dedup import BloomShard
+from crawler.cluster.exchange import Exchange
+from crawler.cluster.peerlink import PeerLink
 from crawler.node import CrawlerNode, NodeStatus
-from crawler.peerlink import PeerLink
 from runtime.fleet import Fleet, FleetPlan
 
 

@@ -19,12 +19,12 @@ prepare_environment()
 import ray  # noqa: E402
 from ray.exceptions import RayActorError  # noqa: E402
 
-from crawler.coordinator import NodeLost  # noqa: E402
-from crawler.dedup import BloomShard  # noqa: E402
-from crawler.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
+from crawler.cluster.coordinator import NodeLost  # noqa: E402
+from crawler.cluster.dedup import BloomShard  # noqa: E402
+from crawler.cluster.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
+from crawler.cluster.peerlink import PeerLink  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
-from crawler.peerlink import PeerLink  # noqa: E402
-from crawler.server import Item, ServerState  # noqa: E402
+from crawler.scheduling.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
 
 # A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
@@ -58,7 +58,7 @@ def stop_local_ray() -> None:
 
 
 class CommandRay:
-    """The local Ray a command started for its crawl (crawlflow/runtime.py). It is stopped in
+    """The local Ray a command started for its crawl (crawlflow/boot.py). It is stopped in
     the background as soon as the first fleet launched on it has stopped: the flow then only
     compacts its output and reports, which need no Ray, and the shutdown (a third of a second)
     runs beside them; or when the command leaves it without having launched a fleet. The

@@ -29,7 +29,7 @@ class Checkpoint:
     done: set[str] = field(default_factory=set)
     # URL -> (depth, attempt of its next try)
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # URLs that passed crawler.limits, and so spent the --max-pages budget.
+    # URLs that passed crawler.scope.limits, and so spent the --max-pages budget.
     admitted: list[str] = field(default_factory=list)
 
     @property

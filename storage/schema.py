@@ -37,7 +37,7 @@ FETCHES = pa.schema(
         ("depth", pa.int32()),
         ("attempt", pa.int32()),  # 1 for the first try of a URL, 2 for its first retry...
         # Validators the server sent (a 304 that sends none keeps the earlier ones): what the
-        # next night's conditional GET sends back (crawler/recrawl.py).
+        # next night's conditional GET sends back (crawler/scheduling/recrawl.py).
         ("etag", pa.string()),
         ("last_modified", pa.string()),
         # Where the response (or 304 revisit) record is, as Common Crawl's index says it.
@@ -122,7 +122,7 @@ class FetchRow(TypedDict):
     fetch_time: datetime
     fetch_status: int | None
     fetch_redirect: str | None
-    error: str | None  # str(storage.outcomes.FetchError)
+    error: str | None  # str(errors.FetchError)
     content_mime_type: str | None
     content_charset: str | None
     content_length: int | None

@@ -1,6 +1,6 @@
 """Crawl step: drives the fleet the launch task started (through runtime/, which holds Ray):
 seeds its nodes and watches them (takeover of dead nodes, surcharge nodes when the crawl falls
-behind its time budget) with crawler.coordinator until the crawl is done."""
+behind its time budget) with crawler.cluster.coordinator until the crawl is done."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from crawler.coordinator import CrawlFailed, Progress
-from crawler.recovery import OutputRecovery
+from crawler.cluster.coordinator import CrawlFailed, Progress
+from crawler.cluster.recovery import OutputRecovery
 from runtime.fleet import Fleet
 from storage.checkpoint import Checkpoint
 
@@ -29,7 +29,8 @@ def drive_crawl(
     checkpoint: Checkpoint,
     depths: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """`depths`: where a recrawl's known URLs among `seeds` start (crawler.recrawl.start_depths).
+    """`depths`: where a recrawl's known URLs among `seeds` start
+    (crawler.scheduling.recrawl.start_depths).
     Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
     # From here the driver mostly waits on the fleet: the report step's plotting library
     # (matplotlib, a quarter of a second) is imported meanwhile, off the flow's path.
@@ -64,7 +65,8 @@ def drive_crawl(
             progress.active,
         )
 
-    # Nodes route discovered URLs to each other over their peer links (crawler/peerlink.py), the
+    # Nodes route discovered URLs to each other over their peer links
+    # (crawler/cluster/peerlink.py), the
     # only routing path: the driver only watches, so it need not poll often.
     try:
         final = coordinator.run(

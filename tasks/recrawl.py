@@ -8,14 +8,14 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from crawler.recrawl import (
+from crawler.scheduling.recrawl import (
     RecrawlError,
     Revisits,
     plan_revisits,
     read_history,
     require_earlier_crawl,
 )
-from crawler.urls import host_key
+from crawler.scope.urls import host_key
 from storage.manifest import (
     Manifest,
     deployment_key,
@@ -81,7 +81,7 @@ def plan_recrawl(
     out_dir: str, crawl_id: str, scope_hosts: list[str], since: str | None, incremental: bool
 ) -> Revisits | None:
     """None for a full crawl; else every URL the earlier nights know, with its validators and
-    revisit priority (crawler/recrawl.py)."""
+    revisit priority (crawler/scheduling/recrawl.py)."""
     manifest = start_manifest(Path(out_dir), crawl_id, scope_hosts, since, incremental)
     revisits = load_revisits(Path(out_dir), manifest, scope_hosts)
     if revisits is not None:

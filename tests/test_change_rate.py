@@ -9,7 +9,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from crawler.recrawl import (
+from crawler.scheduling.recrawl import (
     NEW_URL_PRIORITY,
     Observation,
     Visits,

@@ -73,7 +73,7 @@ def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names
 
 def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, monkeypatch):
     """Options lay over the config file, table by table; the flow gets the validated request."""
-    import crawlflow.runtime
+    import crawlflow.boot
     from crawler.request import CrawlRequest
 
     requests: list[CrawlRequest] = []
@@ -82,7 +82,7 @@ def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, 
         requests.append(request)
         raise KeyboardInterrupt  # stop before the flow: this test is about the request
 
-    monkeypatch.setattr(crawlflow.runtime, "run_crawl", capture)
+    monkeypatch.setattr(crawlflow.boot, "run_crawl", capture)
     config = tmp_path / "crawl.toml"
     config.write_text(
         '[scheduling]\npolicy = "bfs"\nmax_connections = 7\n[rate_control]\nmode = "fixed"\n'

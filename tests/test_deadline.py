@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from crawler.cluster.coordinator import Coordinator
 from crawler.config import CrawlConfig
-from crawler.coordinator import Coordinator
-from crawler.urls import canonical_url, host_key
+from crawler.scope.urls import canonical_url, host_key
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from storage.checkpoint import load_checkpoint

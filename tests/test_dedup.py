@@ -1,8 +1,9 @@
-"""The shared Bloom filter shards and the node's LRU cache in front of them (crawler/dedup.py)."""
+"""The shared Bloom filter shards and the node's LRU cache in front of them
+(crawler/cluster/dedup.py)."""
 
 from __future__ import annotations
 
-from crawler.dedup import BloomShard, SeenCache, shard_of, split_by_shard
+from crawler.cluster.dedup import BloomShard, SeenCache, shard_of, split_by_shard
 
 
 def test_check_and_add_answers_new_once_even_within_one_batch():

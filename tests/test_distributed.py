@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from crawler.cluster.recovery import OutputRecovery
 from crawler.config import config_from_dict, with_overrides
-from crawler.recovery import OutputRecovery
 from runtime.fleet import FleetPlan, LoneNode
 from runtime.inprocess import InProcessFleet
 from storage.checkpoint import ADMITTED_SQL

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from crawler.config import DedupSettings, ExchangeSettings
-from crawler.dedup import BloomShard
-from crawler.exchange import Beat, Exchange
+from crawler.cluster.dedup import BloomShard
+from crawler.cluster.exchange import Beat, Exchange
+from crawler.cluster.peerlink import PeerLink
+from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.node import NodeStatus
-from crawler.peerlink import PeerLink
-from crawler.server import ServerState
-from crawler.urlqueue import UrlTask
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.urlqueue import UrlTask
 
 
 def beat(node_id: str, queued: int, throughput: float = 10.0, urls=(), batch=100, deliver=None):

@@ -1,4 +1,5 @@
-"""Takeover of a dead node (crawler/recovery.py), and resume (storage/checkpoint.py), from the
+"""Takeover of a dead node (crawler/cluster/recovery.py), and resume (storage/checkpoint.py), from
+the
 committed output."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawler.coordinator import Coordinator
-from crawler.exchange import Exchange
-from crawler.recovery import OutputRecovery
+from crawler.cluster.coordinator import Coordinator
+from crawler.cluster.exchange import Exchange
+from crawler.cluster.recovery import OutputRecovery
 from storage.checkpoint import load_checkpoint
 from storage.schema import DATASETS
 

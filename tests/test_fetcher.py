@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
-from crawler.config import FetchSettings
-from crawler.fetcher import FetchResult, ServerSession, _Watchdog, looks_binary
+from crawler.fetching.fetcher import FetchResult, ServerSession, _Watchdog, looks_binary
+from crawler.fetching.settings import FetchSettings
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
 

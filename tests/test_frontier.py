@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from crawler.config import SchedulingSettings
-from crawler.frontier import Frontier
-from crawler.server import ServerState
-from crawler.urlqueue import FairUrls, QualityUrls, UrlTask
+from crawler.scheduling.frontier import Frontier
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.settings import SchedulingSettings
+from crawler.scheduling.urlqueue import FairUrls, QualityUrls, UrlTask
 
 
 class Clock:

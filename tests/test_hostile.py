@@ -17,11 +17,11 @@ import pytest
 import crawler.node.fetchloop
 import crawler.node.outcome
 from bench.chaos import analyse, crawl_in_process
-from crawler.addresses import AddressGuard
+from crawler.cluster.coordinator import CrawlFailed
 from crawler.config import CrawlConfig
-from crawler.coordinator import CrawlFailed
 from crawler.node.fetchloop import FetchLoop
-from crawler.urls import host_key
+from crawler.scope.addresses import AddressGuard
+from crawler.scope.urls import host_key
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from storage.views import connect

@@ -1,4 +1,4 @@
-"""URL admission limits and trap heuristics (crawler/limits.py), and their configuration."""
+"""URL admission limits and trap heuristics (crawler/scope/limits.py), and their configuration."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawler.config import ConfigError, CrawlConfig, LimitSettings, config_from_dict
-from crawler.limits import ServerCounts, UrlLimits, counts_of
-from crawler.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
-from crawler.urls import MAX_URL_LENGTH
-from storage.outcomes import FetchError
+from crawler.config import ConfigError, CrawlConfig, config_from_dict
+from crawler.scope.limits import ServerCounts, UrlLimits, counts_of
+from crawler.scope.settings import LimitSettings
+from crawler.scope.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
+from crawler.scope.urls import MAX_URL_LENGTH
+from errors import FetchError
 
 strip = ParamStripper(DEFAULT_STRIP_PARAMS)
 

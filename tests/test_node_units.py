@@ -9,17 +9,11 @@ import pickle
 import pytest
 
 from crawler.config import CrawlConfig
-from crawler.fetcher import FetchResult
+from crawler.fetching.fetcher import FetchResult
 from crawler.node.outcome import outcome_of
-from crawler.urlqueue import UrlTask
-from storage.outcomes import (
-    DEADLINE,
-    ErrorClass,
-    FetchError,
-    family_errors,
-    is_final,
-    is_retryable,
-)
+from crawler.scheduling.urlqueue import UrlTask
+from errors import DEADLINE, ErrorClass, FetchError, family_errors, is_retryable
+from storage.outcomes import is_final
 from storage.schema import DATASETS, ROW_TYPES
 
 URL = "http://a.example/page"

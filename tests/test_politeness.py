@@ -1,4 +1,4 @@
-"""Unit tests of crawler.politeness: pure functions, no clock, no network."""
+"""Unit tests of crawler.fetching.politeness: pure functions, no clock, no network."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.config import ConfigError, config_from_dict
-from crawler.politeness import (
+from crawler.fetching.politeness import (
     Backoff,
     RetryPolicy,
     RetrySettings,

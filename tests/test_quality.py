@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crawler.quality import (
+from crawler.scheduling.quality import (
     FileQuality,
     NoQuality,
     PageRankQuality,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawler.config import ConfigError, config_from_dict, read_config_file, with_overrides
-from crawler.politeness import RetrySettings, parse_retry_after
+from crawler.fetching.politeness import RetrySettings, parse_retry_after
 from crawler.ratecontrol import (
     CONTROLLERS,
     MODES,

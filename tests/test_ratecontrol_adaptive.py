@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from crawler.politeness import RetrySettings
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol import (
     AdaptiveRateController,
     FixedDelayController,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.config import ConfigError, config_from_dict
-from crawler.scheduling import (
+from crawler.scheduling.policies import (
     POLICIES,
     POLICY_CLASSES,
     ConnectionStats,

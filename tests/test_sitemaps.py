@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from crawler.config import CrawlConfig
-from crawler.recrawl import RecrawlError, start_depths, start_urls
-from crawler.urls import host_key
+from crawler.scheduling.recrawl import RecrawlError, start_depths, start_urls
+from crawler.scope.urls import host_key
 from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.views import connect

@@ -19,7 +19,7 @@ from websim import WebSim, WebSpec
 pytestmark = pytest.mark.integration  # the CLI with its Prefect server, Ray and websim
 
 CRAWLFLOW = str(Path(sys.executable).with_name("crawlflow"))
-TASKS = {"plan", "checkpoint", "allocate", "launch nodes", "crawl", "close nodes", "collect",
+TASKS = {"scope", "checkpoint", "allocate", "launch nodes", "crawl", "close nodes", "collect",
          "report"}
 
 
@@ -60,7 +60,7 @@ def test_the_temporary_servers_app_is_built_with_the_collector_paused_then_runni
 def test_a_server_the_settings_name_is_used_as_it_is(prefect_api):
     from prefect.settings import get_current_settings
 
-    from crawlflow.runtime import start_prefect_server
+    from crawlflow.boot import start_prefect_server
 
     assert get_current_settings().api.url  # set by the test harness
     assert start_prefect_server() is None

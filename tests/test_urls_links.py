@@ -6,9 +6,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crawler.addresses import AddressGuard, AddressRefused, refusal_reason
-from crawler.links import LinkResolver, parse_html
-from crawler.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
+from crawler.fetching.links import LinkResolver, parse_html
+from crawler.scope.addresses import AddressGuard, AddressRefused, refusal_reason
+from crawler.scope.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
 
 
 def test_canonical_url_normalizes_spellings_of_one_resource():

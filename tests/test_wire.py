@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.config import FetchSettings
-from crawler.fetcher import ServerSession
+from crawler.fetching.fetcher import ServerSession
+from crawler.fetching.settings import FetchSettings
 from websim import WebSim, WebSpec
 from websim.wire import Wire, unavailable
 

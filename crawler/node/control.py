@@ -1,8 +1,8 @@
 """A crawler node: owns whole servers, fetches their URLs, parses pages, writes Parquet.
 
 Plain Python (threads, no Ray): the flow wraps it in a Ray actor, tests may run it directly.
-This module is the node's control API, what the driver (crawler/coordinator.py) and the link
-to the other nodes (crawler/peerlink.py) call; it builds the node from its parts:
+This module is the node's control API, what the driver (crawler/cluster/coordinator.py) and the link
+to the other nodes (crawler/cluster/peerlink.py) call; it builds the node from its parts:
 
 - `core`: the state the parts share under one lock (servers, page budget, counters);
 - `fetchloop`: the worker threads, one per connection;
@@ -19,7 +19,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from crawler.limits import counts_of
+from crawler.cluster.peerlink import PeerLink
+from crawler.cluster.status import NodeStatus
 from crawler.node.core import UNLIMITED, NodeCore
 from crawler.node.discovery import Discovery
 from crawler.node.fetchloop import FetchLoop
@@ -27,19 +28,20 @@ from crawler.node.handover import Handover
 from crawler.node.metrics import NodeMetrics
 from crawler.node.recorder import Recorder
 from crawler.node.settings import NodeSettings
-from crawler.node.status import NodeStatus
-from crawler.peerlink import PeerLink
-from crawler.server import Item, ServerState
-from crawler.urlqueue import UrlTask
-from crawler.urls import host_key
+from crawler.scheduling.server import Item, ServerState
+from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.limits import counts_of
+from crawler.scope.urls import host_key
 
 logger = logging.getLogger(__name__)
 
 
 class CrawlerNode:
     def __init__(self, settings: NodeSettings, link: PeerLink) -> None:
-        """`link`: the connection to the other nodes through shared state (crawler/exchange.py
-        and crawler/peerlink.py): URLs for servers other nodes own, and servers moving between
+        """`link`: the connection to the other nodes through shared state
+        (crawler/cluster/exchange.py
+        and crawler/cluster/peerlink.py): URLs for servers other nodes own, and servers moving
+        between
         nodes, go through it."""
         self.node_id = settings.node_id
         self.core = core = NodeCore(settings)
@@ -89,7 +91,7 @@ class CrawlerNode:
     ) -> None:
         """Resume from a checkpoint: `done` URLs are never fetched again, `pending` ones
         (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
-        URLs the first run let through crawler.limits, which count against them again."""
+        URLs the first run let through crawler.scope.limits, which count against them again."""
         core = self.core
         with core.lock:
             for host, counts in counts_of(admitted).items():

@@ -6,17 +6,17 @@ from __future__ import annotations
 import threading
 import time
 
-from crawler.fetcher import ServerSession
-from crawler.frontier import Frontier
-from crawler.limits import UrlLimits
+from crawler.cluster.status import Counters
+from crawler.fetching.fetcher import ServerSession
 from crawler.node.settings import NodeSettings
-from crawler.node.status import Counters
-from crawler.quality import make_quality_model
 from crawler.ratecontrol import make_host_controller
-from crawler.server import ServerState
-from crawler.traps import ParamStripper
-from crawler.urlqueue import UrlTask
-from crawler.urls import Scope
+from crawler.scheduling.frontier import Frontier
+from crawler.scheduling.quality import make_quality_model
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.limits import UrlLimits
+from crawler.scope.traps import ParamStripper
+from crawler.scope.urls import Scope
 
 UNLIMITED = 1 << 62
 
@@ -52,7 +52,7 @@ class NodeCore:
 
     def own(self, server: ServerState) -> None:
         """Take a server, new or arrived from another node. Under the lock."""
-        if server.controller is None:  # new, or rebuilt from the output by crawler.recovery
+        if server.controller is None:  # new, or rebuilt from the output by crawler.cluster.recovery
             server.controller = make_host_controller(
                 self.config.rate_control, self.config.retry, time.monotonic()
             )

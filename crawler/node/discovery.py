@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import urljoin
 
+from crawler.cluster.peerlink import PeerLink
+from crawler.fetching.sitemaps import SitemapEntry
 from crawler.node.core import NodeCore
-from crawler.peerlink import PeerLink
-from crawler.server import Item, ServerState
-from crawler.sitemaps import SitemapEntry
-from crawler.urlqueue import UrlTask
-from crawler.urls import canonical_url, host_key, server_of
+from crawler.scheduling.server import Item, ServerState
+from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.urls import canonical_url, host_key, server_of
 
 
 class Discovery:

@@ -13,21 +13,21 @@ import logging
 import random
 import time
 
-from crawler.addresses import AddressGuard, AddressRefused
-from crawler.fetcher import FetchResult, ServerSession
+from crawler.fetching.fetcher import FetchResult, ServerSession
+from crawler.fetching.politeness import RetryPolicy, RobotsRules, parse_retry_after
+from crawler.fetching.sitemaps import read_sitemaps, sitemap_urls
 from crawler.node.core import NodeCore
 from crawler.node.discovery import Discovery
 from crawler.node.handover import Handover
 from crawler.node.outcome import outcome_of
 from crawler.node.recorder import Recorder
-from crawler.politeness import RetryPolicy, RobotsRules, parse_retry_after
 from crawler.ratecontrol import make_in_flight_limit
-from crawler.server import ServerState
-from crawler.sitemaps import read_sitemaps, sitemap_urls
-from crawler.traps import content_shape, url_family
-from crawler.urlqueue import UrlTask
-from crawler.urls import server_of
-from storage.outcomes import DEADLINE, ErrorClass, FetchError, family_errors
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.addresses import AddressGuard, AddressRefused
+from crawler.scope.traps import content_shape, url_family
+from crawler.scope.urls import server_of
+from errors import DEADLINE, ErrorClass, FetchError, family_errors
 
 logger = logging.getLogger(__name__)
 # A worker holding a server sleeps until its next request only if that is this close; a longer
@@ -223,7 +223,7 @@ class FetchLoop:
         return False
 
     def _read_sitemaps(self, server: ServerState, session: ServerSession) -> None:
-        """The server's sitemaps (crawler/sitemaps.py), fetched over its connection at its
+        """The server's sitemaps (crawler/fetching/sitemaps.py), fetched over its connection at its
         pace, seed its queue; the last sitemap fetch's row carries the URLs they added."""
         core = self._core
         assert server.robots is not None and server.controller is not None

@@ -1,4 +1,5 @@
-"""Server ownership between nodes: handing servers over (whole, crawler/server.py) and taking
+"""Server ownership between nodes: handing servers over (whole, crawler/scheduling/server.py) and
+taking
 them over, without ever having two connections to one server open."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import time
 from collections.abc import Callable
 
 from crawler.node.core import NodeCore
-from crawler.server import ServerState
-from crawler.urlqueue import UrlTask
+from crawler.scheduling.server import ServerState
+from crawler.scheduling.urlqueue import UrlTask
 
 # A server taken over is not handed on again for this many heartbeats (no ping-pong).
 HOST_COOLDOWN_BEATS = 8

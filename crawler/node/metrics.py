@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from crawler.cluster.peerlink import PeerLink
 from crawler.node.core import NodeCore
-from crawler.peerlink import PeerLink
 from storage.schema import METRICS, MetricRow
 from storage.writer import ParquetDatasetWriter
 

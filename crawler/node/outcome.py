@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crawler.fetcher import FetchResult
-from crawler.links import ParsedPage, parse_html
-from storage.outcomes import ErrorClass, FetchError, is_retryable
+from crawler.fetching.fetcher import FetchResult
+from crawler.fetching.links import ParsedPage, parse_html
+from errors import ErrorClass, FetchError, is_retryable
 
 DEAD_LINK_STATUSES = (404, 410)
 
@@ -20,7 +20,7 @@ DEAD_LINK_STATUSES = (404, 410)
 class Outcome:
     error: FetchError | None  # what the fetches row says (given up, too many redirects...)
     retry_in: float | None = None  # seconds until the next try; None: this try was the last
-    # Whether the URL counts as a failure of its URL family (crawler.limits); None while a
+    # Whether the URL counts as a failure of its URL family (crawler.scope.limits); None while a
     # retry is to come.
     failed: bool | None = None
     follow: str | None = None  # a redirect's Location, to queue one redirect further

@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from crawler.archive import exchange_of
-from crawler.fetcher import FetchResult
-from crawler.links import ParsedPage
+from crawler.fetching.fetcher import FetchResult
+from crawler.fetching.links import ParsedPage
+from crawler.node.archive import exchange_of
 from crawler.node.core import NodeCore
-from crawler.recrawl import KnownUrl
-from crawler.server import Item
-from crawler.urlqueue import UrlTask
-from storage.outcomes import FetchError
+from crawler.scheduling.recrawl import KnownUrl
+from crawler.scheduling.server import Item
+from crawler.scheduling.urlqueue import UrlTask
+from errors import FetchError
 from storage.schema import COMMITTED_DATASETS, DATASETS, DiscoveredRow, FetchRow, PageRow
 from storage.warc import WarcBatchWriter
 from storage.writer import CommitGroupWriter

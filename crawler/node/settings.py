@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
-from crawler.recrawl import Revisits
+from crawler.scheduling.recrawl import Revisits
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class NodeSettings:
     max_depth: int | None
     # None for no --max-pages, else what the driver grants (it starts at 0).
     page_budget: int | None
-    # In a recrawl, what the earlier nights know of each URL (crawler/recrawl.py): the
+    # In a recrawl, what the earlier nights know of each URL (crawler/scheduling/recrawl.py): the
     # validators of its conditional GET, and its revisit priority, which ranks it in the
     # scheduler where page quality would.
     revisits: Revisits | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from crawler.politeness import RetrySettings
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol.paced import PacedController
 from crawler.ratecontrol.queueing import QueueingDelay
 from crawler.ratecontrol.response_kind import ResponseKind

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from crawler.politeness import Backoff, RetrySettings
+from crawler.fetching.politeness import Backoff, RetrySettings
 from crawler.ratecontrol.band import RTTBand
 from crawler.ratecontrol.response_kind import ResponseKind, classify
 from crawler.ratecontrol.settings import RateControlSettings

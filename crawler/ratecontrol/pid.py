@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from crawler.politeness import RetrySettings
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol.paced import PacedController
 from crawler.ratecontrol.response_kind import ResponseKind
 from crawler.ratecontrol.settings import RateControlSettings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler.politeness import RetrySettings
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol.adaptive import AdaptiveRateController
 from crawler.ratecontrol.fixed import FixedDelayController
 from crawler.ratecontrol.paced import PacedController

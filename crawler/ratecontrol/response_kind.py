@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from crawler.politeness import BAN_STATUSES
+from crawler.fetching.politeness import BAN_STATUSES
 
 
 class ResponseKind(Enum):

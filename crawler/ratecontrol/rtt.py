@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler.politeness import RetrySettings
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol.band import RTTBand
 from crawler.ratecontrol.paced import PacedController
 from crawler.ratecontrol.response_kind import ResponseKind

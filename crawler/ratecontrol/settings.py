@@ -1,7 +1,8 @@
 """The `[rate_control]` settings: which law paces each server, and the knobs of every law.
 
 Checked as every section is (`crawler.section.Section`: strict types, unknown keys are errors).
-The retry budget and host pauses are the `[retry]` section (`crawler.politeness.RetrySettings`);
+The retry budget and host pauses are the `[retry]` section
+(`crawler.fetching.politeness.RetrySettings`);
 a config file naming one of their keys here gets an error that says so (crawler/config.py).
 """
 

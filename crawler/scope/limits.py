@@ -4,17 +4,17 @@ error budgets.
 A server can mint URLs without end: a calendar whose "next month" link never runs out, a fresh
 session id in every link, a relative link that nests itself (`x/` on `/a/x/` gives `/a/x/x/`).
 No single fetch fails; the harm is an ever-growing set of URLs on one server. Session ids are
-removed from discovered URLs (crawler/traps.py); every rule here is checked by the node just
+removed from discovered URLs (crawler/scope/traps.py); every rule here is checked by the node just
 before a URL's first fetch, and a refusal is recorded as a fetches row like any other failure:
 
 - a URL pattern (path, numbered segments masked, query values dropped) of a server gets
   `trap_max_urls_per_pattern` URLs, plus one for every page of it fetched whose content shape
-  (crawler/traps.py) is new to the pattern: a documentation directory of a thousand distinct
+  (crawler/scope/traps.py) is new to the pattern: a documentation directory of a thousand distinct
   pages is crawled whole, a thousand calendar months from one template are not;
 - a path segment may occur `trap_max_segment_repeats` times in a path;
 - a URL may be `max_depth_per_host` links away from where the crawl entered its server;
 - after `family_error_budget` failures in a row (404, 410, or given up) in one URL family
-  (crawler/traps.py) of a server, that family's other URLs are skipped, not fetched.
+  (crawler/scope/traps.py) of a server, that family's other URLs are skipped, not fetched.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from crawler.config import LimitSettings
-from crawler.traps import path_pattern, url_family
-from storage.outcomes import ErrorClass, FetchError
+from crawler.scope.settings import LimitSettings
+from crawler.scope.traps import path_pattern, url_family
+from errors import ErrorClass, FetchError
 
 
 @dataclass

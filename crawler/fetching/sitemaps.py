@@ -25,8 +25,8 @@ from usp.web_client.abstract_client import (
     WebClientErrorResponse,
 )
 
-from crawler.fetcher import FetchResult
-from crawler.urls import host_key
+from crawler.fetching.fetcher import FetchResult
+from crawler.scope.urls import host_key
 
 MAX_SITEMAP_FILES = 20
 WELL_KNOWN = "/sitemap.xml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crawler.addresses import AddressGuard, AddressRefused, Resolver, system_resolver
-from crawler.urls import BadUrl, canonical_url, host_key, parse_allow
+from crawler.scope.addresses import AddressGuard, AddressRefused, Resolver, system_resolver
+from crawler.scope.urls import BadUrl, canonical_url, host_key, parse_allow
 
 
 class SeedError(ValueError):

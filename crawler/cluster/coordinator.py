@@ -3,7 +3,7 @@ node that dies has its servers taken over, a crawl that falls behind its time bu
 surcharge nodes) and decides when the crawl is over.
 
 Nodes send each other URLs and servers themselves, through the shared state
-(`crawler.exchange`): the coordinator only routes the seeds, before the nodes start.
+(`crawler.cluster.exchange`): the coordinator only routes the seeds, before the nodes start.
 
 Plain Python over small interfaces, so it runs the same over Ray actor proxies (the flow) and
 over in-process nodes (tests); both are built by the runtime layer (runtime/).
@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawler.exchange import ExchangeSnapshot
-from crawler.node.status import NodeStatus
-from crawler.recovery import Recovered
-from crawler.server import ServerState
-from crawler.urls import host_key
+from crawler.cluster.exchange import ExchangeSnapshot
+from crawler.cluster.recovery import Recovered
+from crawler.cluster.status import NodeStatus
+from crawler.scheduling.server import ServerState
+from crawler.scope.urls import host_key
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class NodeHandle(Protocol):
 
 
 class ExchangeView(Protocol):
-    """The shared exchange as the coordinator reaches it (see crawler.exchange.Exchange)."""
+    """The shared exchange as the coordinator reaches it (see crawler.cluster.exchange.Exchange)."""
 
     def snapshot(self) -> ExchangeSnapshot: ...
     def orphan(self, node_id: str) -> list[str]: ...
@@ -146,7 +146,7 @@ class Coordinator:
         admitted: list[str],
     ) -> None:
         """Start from a checkpoint instead of the seeds: each node gets the done and pending
-        URLs of its servers, and those its servers had admitted (crawler.limits); the page
+        URLs of its servers, and those its servers had admitted (crawler.scope.limits); the page
         budget left is what the admitted URLs did not use."""
         pending_by_node: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
         done_by_node: dict[str, list[str]] = defaultdict(list)

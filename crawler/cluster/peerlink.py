@@ -1,4 +1,4 @@
-"""A node's side of the task exchange (crawler/exchange.py): its link to the shared state.
+"""A node's side of the task exchange (crawler/cluster/exchange.py): its link to the shared state.
 
 Double buffering (`[exchange] batch` > 1): worker threads only append the foreign URLs they
 find (those the dedup cache does not know) to a buffer; the node's exchange thread sends a
@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from crawler.config import ExchangeSettings
-from crawler.dedup import SeenCache
-from crawler.exchange import MAX_PULLS_PER_BEAT, Beat, Reply
-from crawler.server import Item, ServerState
+from crawler.cluster.dedup import SeenCache
+from crawler.cluster.exchange import MAX_PULLS_PER_BEAT, Beat, Reply
+from crawler.cluster.settings import ExchangeSettings
+from crawler.scheduling.server import Item, ServerState
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Who decides what, and what a false positive costs:
   moves to another node. A node therefore never consults the shared filter about its own URLs,
   and a false positive can never make it drop one of them, nor can a URL be fetched twice.
 - The shared filter only answers "has some node already sent this URL to its owner?", for the
-  URLs nodes send to the exchange (`crawler.exchange`): those of servers the sender does not
+  URLs nodes send to the exchange (`crawler.cluster.exchange`): those of servers the sender does not
   own, and only those its LRU cache does not know. "No" adds the URL, and the exchange passes
   it to the owner, who drops it if its exact set knows it (the filter saves traffic; it never
   judges a duplicate fetch).

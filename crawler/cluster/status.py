@@ -30,4 +30,4 @@ class NodeStatus:
     pages: int
     urls_done: int
     activity: int
-    link: dict[str, float]  # crawler.peerlink.PeerLink.stats
+    link: dict[str, float]  # crawler.cluster.peerlink.PeerLink.stats

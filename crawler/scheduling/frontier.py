@@ -23,14 +23,15 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from crawler.config import SchedulingSettings
-from crawler.scheduling import ConnectionStats, StatsPrior, make_policy
-from crawler.server import NOT_PLACED, READY, WAITING, ServerState, Tally
-from crawler.urlqueue import FairUrls, UrlTask
+from crawler.scheduling.policies import ConnectionStats, StatsPrior, make_policy
+from crawler.scheduling.server import NOT_PLACED, READY, WAITING, ServerState, Tally
+from crawler.scheduling.settings import SchedulingSettings
+from crawler.scheduling.urlqueue import FairUrls, UrlTask
 
 
 class Frontier:
-    """Two-level frontier under one of the SPEC §3 policies (`crawler.scheduling.POLICIES`).
+    """Two-level frontier under one of the SPEC §3 policies
+    (`crawler.scheduling.policies.POLICIES`).
 
     Not thread-safe on its own: the node serializes calls under its lock. The node changes an
     acquired (busy) server directly (`next_task`, `retry_later`, `put_back`, `drain`, its stats

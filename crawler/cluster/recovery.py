@@ -24,10 +24,10 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.limits import counts_of
-from crawler.server import Item, ServerState
-from crawler.urlqueue import UrlTask
-from crawler.urls import server_of
+from crawler.scheduling.server import Item, ServerState
+from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.limits import counts_of
+from crawler.scope.urls import server_of
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc

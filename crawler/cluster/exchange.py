@@ -4,22 +4,24 @@ Nodes are peers: each fetches the servers it owns and parses what it fetched; UR
 for servers another node owns go, through the shared state, to that owner. The shared state is
 the `Exchange` below, which holds the ownership map, an inbox of URLs per server, the shared
 queue of servers between owners and every node's last heartbeat, and the Bloom filter shards
-(`crawler.dedup`) behind it: URLs sent to the exchange are checked with the filter there, so a
+(`crawler.cluster.dedup`) behind it: URLs sent to the exchange are checked with the filter there,
+so a
 batch of URLs costs a node one round trip (as a script on the store would), not two. The flow
 puts each in a Ray actor; tests use them in-process.
 
-The unit of work that moves between nodes is a whole server (`crawler.server.ServerState`),
+The unit of work that moves between nodes is a whole server
+(`crawler.scheduling.server.ServerState`),
 never single URLs of a server: politeness allows one connection per server, and only the owner
 opens it. A server moves only while no connection to it is open (one with a connection leaves
 once its current request is done). How a node reaches the exchange (batches, heartbeats) is
-`crawler.peerlink`.
+`crawler.cluster.peerlink`.
 
 Load balancing is the water level of connected vessels: a node's fair share of the queued URLs
 is proportional to its throughput; a node above its share by more than the tolerance hands
 servers from the tail of its line (those it would serve last) to the shared queue as one
 batch; a node below its share takes one batch from the shared queue. A node that joins starts
 with no servers and so below its share; a node that dies has its servers put in the shared
-queue by the coordinator (`crawler.recovery`).
+queue by the coordinator (`crawler.cluster.recovery`).
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crawler.config import ExchangeSettings
-from crawler.dedup import split_by_shard
-from crawler.server import Item, ServerState
-from crawler.urls import host_key
+from crawler.cluster.dedup import split_by_shard
+from crawler.cluster.settings import ExchangeSettings
+from crawler.scheduling.server import Item, ServerState
+from crawler.scope.urls import host_key
 
 # Inbox pulls the exchange thread makes in one heartbeat at most (the rest waits a beat).
 MAX_PULLS_PER_BEAT = 50
@@ -87,7 +89,7 @@ class ExchangeSnapshot:
 class Exchange:
     """The shared task exchange. Not thread-safe: one Ray actor serializes its calls.
 
-    `shards`: the Bloom filter, split by `crawler.dedup.shard_of`; none means every URL sent
+    `shards`: the Bloom filter, split by `crawler.cluster.dedup.shard_of`; none means every URL sent
     counts as new (the owners' exact sets still drop duplicates)."""
 
     def __init__(

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from crawler.urls import BadUrl, canonical_url
+from crawler.scope.urls import BadUrl, canonical_url
 
 DAMPING = 0.85
 UNKNOWN_SOURCE_QUALITY = 1.0  # a URL this node did not find on a page: an average page

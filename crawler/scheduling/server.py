@@ -5,7 +5,7 @@ A server belongs to one node at a time, and only its owner opens a connection to
 moves, it takes along all its next owner needs so that nothing is lost or fetched twice and
 politeness holds: its queued URLs and retries, the exact set of its URLs seen so far, its
 robots.txt rules and its rate controller (what the server's limits taught it), what it used of
-the page budget and trap limits (crawler.limits), and the redirect hops of its queued redirect
+the page budget and trap limits (crawler.scope.limits), and the redirect hops of its queued redirect
 targets. What stays behind is what belongs to the node: its connection, and its connection
 timings (`stats`, measured afresh on each node's own network path).
 """
@@ -16,11 +16,11 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from crawler.limits import ServerCounts
-from crawler.politeness import RobotsRules
+from crawler.fetching.politeness import RobotsRules
 from crawler.ratecontrol import HostRateController
-from crawler.scheduling import ConnectionStats
-from crawler.urlqueue import FairUrls, UrlQueue, UrlTask
+from crawler.scheduling.policies import ConnectionStats
+from crawler.scheduling.urlqueue import FairUrls, UrlQueue, UrlTask
+from crawler.scope.limits import ServerCounts
 
 Item = tuple[str, int]  # canonical URL, depth
 
@@ -44,7 +44,8 @@ class ServerState:
 
     host: str
     # Its rate controller, with what it learned of the server's limits. None in a state rebuilt
-    # from the output (crawler.recovery): the node that takes the server makes one. Its times
+    # from the output (crawler.cluster.recovery): the node that takes the server makes one. Its
+    # times
     # are the owner's monotonic clock (see `depart`).
     controller: HostRateController | None = None
     scheme: str = "http"  # taken from the first URL queued for it
@@ -53,7 +54,8 @@ class ServerState:
     retries: list[tuple[float, int, UrlTask]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # every URL of it known: done or queued
     redirects: dict[str, int] = field(default_factory=dict)  # queued URL -> redirects to it
-    limits: ServerCounts = field(default_factory=ServerCounts)  # what it used of crawler.limits
+    # what it used of crawler.scope.limits
+    limits: ServerCounts = field(default_factory=ServerCounts)
     robots: RobotsRules | None = None
     # While its robots.txt is unreachable, no request to this server before this time.
     paused_until: float = 0.0

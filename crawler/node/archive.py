@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from crawler.fetcher import FetchResult
-from crawler.recrawl import KnownUrl
-from storage.outcomes import ErrorClass
+from crawler.fetching.fetcher import FetchResult
+from crawler.scheduling.recrawl import KnownUrl
+from errors import ErrorClass
 from storage.warc import Exchange
 
 # Error classes of an answer whose body the crawler cut off, as WARC-Truncated reasons.

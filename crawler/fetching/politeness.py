@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 # Which results are worth another try is the commit/resume rule's, defined once in storage.
 from crawler.section import Section
-from storage.outcomes import FetchError, is_retryable
+from errors import FetchError, is_retryable
 
 # Host-level "slow down" signals: the server is refusing work because of our rate.
 BAN_STATUSES = frozenset({429, 503})

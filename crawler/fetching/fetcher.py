@@ -30,8 +30,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ReadTimeoutError
 
-from crawler.config import FetchSettings
-from storage.outcomes import ErrorClass, FetchError
+from crawler.fetching.settings import FetchSettings
+from errors import ErrorClass, FetchError
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _CHUNK = 64 * 1024

@@ -10,7 +10,7 @@ from urllib.parse import urljoin, urlsplit
 import lxml.html
 from lxml import etree
 
-from crawler.urls import DEFAULT_PORTS, MAX_URL_LENGTH, BadUrl, canonical_url
+from crawler.scope.urls import DEFAULT_PORTS, MAX_URL_LENGTH, BadUrl, canonical_url
 
 # Compiled once, and plain strings: lxml's default "smart" results carry a link back to their
 # element, which costs more than the search itself. Over the whole document, not root.iter():

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from crawler.traps import url_family
+from crawler.scope.traps import url_family
 
 
 @dataclass(slots=True)
@@ -168,7 +168,7 @@ _URGENT = "!urgent"  # the key of urgent URLs; every real family starts with "/"
 
 
 class FairUrls:
-    """A server's queue: round-robin between its URL families (crawler.traps.url_family),
+    """A server's queue: round-robin between its URL families (crawler.scope.traps.url_family),
     each family's URLs in the policy's order (best quality first, or first in, first out).
 
     So no family starves the others: a link from the front page waits for at most one URL of

@@ -66,7 +66,7 @@ from pathlib import Path
 
 import duckdb
 
-from crawler.urls import server_of
+from crawler.scope.urls import server_of
 from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0

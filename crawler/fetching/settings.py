@@ -1,0 +1,36 @@
+"""The `[fetch]` settings: how one HTTP request is made and cut off, redirects and
+robots.txt (a section of the settings tree, `crawler.config`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from crawler.section import Section
+
+
+class FetchSettings(Section):
+    """`[fetch]`: how one HTTP request is made and cut off (crawler/fetching/fetcher.py), redirects
+    and
+    robots.txt (the node)."""
+
+    user_agent: str = Field("crawlflow/0.1", description="User-Agent header and robots.txt agent")
+    connect_timeout_s: float = Field(5.0, gt=0, description="per request")
+    read_timeout_s: float = Field(15.0, gt=0, description="per read")
+    fetch_timeout_s: float = Field(
+        60.0, gt=0, description="wall-clock limit on one fetch: connect, headers and body"
+    )
+    max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
+    max_decoded_bytes: int = Field(
+        10_000_000, ge=1024, description="bodies past this once gzip/deflate/br is undone"
+    )
+    max_redirects: int = Field(10, ge=0, description="redirect hops followed from one URL")
+    robots_retry_s: float = Field(
+        30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
+    )
+    # Off by default: a sitemap is extra requests on every server (a /sitemap.xml probe where
+    # robots.txt names none), and they count as URLs admitted when a crawl resumes.
+    sitemaps: bool = Field(
+        False,
+        description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml), fetched "
+        "over its connection at its pace",
+    )

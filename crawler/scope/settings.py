@@ -1,0 +1,57 @@
+"""The `[limits]` settings: what a crawl fetches at most and when it stops (a section of the
+settings tree, `crawler.config`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from crawler.scope.traps import DEFAULT_STRIP_PARAMS
+from crawler.scope.urls import MAX_URL_LENGTH
+from crawler.section import Section
+
+
+class LimitSettings(Section):
+    """`[limits]`: what a crawl fetches at most, against hostile servers and link traps
+    (crawler/scope/limits.py, crawler/scope/traps.py), and when it stops (the deadline)."""
+
+    max_url_length: int = Field(
+        MAX_URL_LENGTH, ge=16, le=MAX_URL_LENGTH, description="longer URLs are not fetched"
+    )
+    max_pages_per_host: int = Field(100_000, ge=1, description="URLs fetched per server")
+    strip_params: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_STRIP_PARAMS),
+        description="query/path parameters removed from every discovered URL (session ids, "
+        "tracking); name* is a prefix",
+    )
+    trap_max_urls_per_pattern: int = Field(
+        100,
+        ge=1,
+        description="URLs fetched per server and path pattern (digits masked), plus one per "
+        "page of the pattern with new content",
+    )
+    trap_max_segment_repeats: int = Field(
+        3, ge=1, description="times one path segment may occur in a URL's path"
+    )
+    max_depth_per_host: int = Field(
+        30, ge=0, description="links followed inside one server from where the crawl entered it"
+    )
+    family_error_budget: int = Field(
+        20,
+        ge=1,
+        description="404/410/failed fetches in a row in one URL family of a server before its "
+        "other URLs are skipped",
+    )
+    time_budget_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the deadline: the crawl stops this many seconds after its start; what is "
+        "left is recorded for a resumed run (--deadline)",
+    )
+
+    @field_validator("strip_params")
+    @classmethod
+    def _valid_strip_params(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.rstrip("*"):
+                raise ValueError(f"{name!r} names no parameter (a prefix needs letters before *)")
+        return value
