@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from crawler.config import ConfigError, CrawlConfig, one_line
+from storage.manifest import check_crawl_id
 
 
 class CrawlRequest(BaseModel):
@@ -43,6 +51,11 @@ class CrawlRequest(BaseModel):
         True, description="revisit an earlier crawl's URLs; False: a full crawl from the seeds"
     )
     config: CrawlConfig = Field(default_factory=CrawlConfig, description="crawler settings")
+
+    @field_validator("crawl_id", "since")
+    @classmethod
+    def _valid_crawl_id(cls, value: str | None) -> str | None:
+        return None if value is None else check_crawl_id(value)
 
     @model_validator(mode="after")
     def _since_needs_incremental(self) -> CrawlRequest:

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from storage.compaction import finish_compaction
+from storage.files import parquet_files
 from storage.manifest import MANIFEST
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS
@@ -51,23 +52,25 @@ def load_checkpoint(
     con = duckdb.connect()
     checkpoint = Checkpoint()
     attempts: dict[str, int] = {}
-    if any(commit.glob("*.parquet")):
+    fetch_files = parquet_files(commit)
+    if fetch_files:
         checkpoint.done, attempts = fold_fetch_rows(
             con.execute(
                 "SELECT url, fetch_status, error, attempt "
-                f"FROM read_parquet('{commit}/*.parquet') WHERE {NOT_LEFT_AT_DEADLINE}"
+                f"FROM read_parquet(?) WHERE {NOT_LEFT_AT_DEADLINE}",
+                [fetch_files],
             ).fetchall()
         )
         checkpoint.admitted = [
             url
             for (url,) in con.execute(
-                f"SELECT DISTINCT url FROM read_parquet('{commit}/*.parquet') WHERE {ADMITTED_SQL}"
+                f"SELECT DISTINCT url FROM read_parquet(?) WHERE {ADMITTED_SQL}", [fetch_files]
             ).fetchall()
         ]
-    discovered_dir = crawl_dir / "discovered"
-    if any(discovered_dir.glob("*.parquet")):
+    discovered_files = parquet_files(crawl_dir / "discovered")
+    if discovered_files:
         rows = con.execute(
-            f"SELECT url, min(depth) FROM read_parquet('{discovered_dir}/*.parquet') GROUP BY url"
+            "SELECT url, min(depth) FROM read_parquet(?) GROUP BY url", [discovered_files]
         ).fetchall()
         for url, depth in rows:
             if url not in checkpoint.done:

@@ -8,10 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MANIFEST = "crawl.json"
+
+# A crawl id names a directory under the output root: letters, digits and `.`, `_`, `-`, not
+# first, so that an id (a flow parameter anyone who starts a run may set) can never leave the
+# root (`../x`), hide (`.x`) or name a path.
+_CRAWL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_crawl_id(name: str) -> str:
+    """`name` if it is a valid crawl id; else ValueError saying what one is."""
+    if not _CRAWL_ID.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not a crawl id: 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -28,11 +44,15 @@ def deployment_key(scope_hosts: list[str]) -> str:
 
 
 def read_manifest(crawl_dir: Path) -> Manifest | None:
+    """The manifest of `crawl_dir`; None when it has none, or one that is unreadable or names
+    another directory as its crawl (later crawls read its rows by that name)."""
     try:
-        data = json.loads((crawl_dir / MANIFEST).read_text())
-        return Manifest(**data)
+        manifest = Manifest(**json.loads((crawl_dir / MANIFEST).read_text()))
     except (OSError, ValueError, TypeError):
         return None
+    if manifest.crawl_id != crawl_dir.name:
+        return None
+    return manifest
 
 
 def write_manifest(crawl_dir: Path, manifest: Manifest) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import duckdb
 
+from storage.files import parquet_files
+
 SUMMARY_SQL = """
 SELECT
     (SELECT count(DISTINCT crawl_id) FROM fetches)                         AS crawls,
@@ -91,11 +93,11 @@ def previous_crawl_profile(out_root: Path, crawl_id: str) -> tuple[dict[str, int
     )
     if not crawls:
         return None
-    pattern = crawls[-1] / "pages" / "*.parquet"
     con = duckdb.connect()
     rows = con.execute(
         "SELECT url_host_name, count(*), avg(content_length) "
-        f"FROM read_parquet('{pattern}') GROUP BY url_host_name"
+        "FROM read_parquet(?) GROUP BY url_host_name",
+        [parquet_files(crawls[-1] / "pages")],
     ).fetchall()
     pages = {host: count for host, count, _ in rows}
     average_kb = sum(count * size for _, count, size in rows) / max(1, sum(pages.values())) / 1000

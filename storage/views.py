@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from storage.files import parquet_files
 from storage.manifest import read_manifest
 from storage.schema import DATASETS, PAGES
 
@@ -25,11 +26,11 @@ class OutputNotFound(FileNotFoundError):
     """The directory holds no crawl output."""
 
 
-def _dataset_pattern(directory: Path, dataset: str) -> str | None:
-    for pattern in (f"{dataset}/*.parquet", f"*/{dataset}/*.parquet"):
-        if next(directory.glob(pattern), None) is not None:
-            return str(directory / pattern)
-    return None
+def _dataset_files(directory: Path, dataset: str) -> list[str]:
+    """One crawl's files of `dataset`, or else those of every crawl under an output root."""
+    return parquet_files(directory, f"{dataset}/*.parquet") or parquet_files(
+        directory, f"*/{dataset}/*.parquet"
+    )
 
 
 def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
@@ -41,13 +42,10 @@ def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
     found = False
     for name, schema in DATASETS.items():
         view = "_pages_stored" if name == "pages" else name
-        pattern = _dataset_pattern(directory, name)
-        if pattern is not None:
+        files = _dataset_files(directory, name)
+        if files:
             found = True
-            con.execute(
-                f"CREATE VIEW {view} AS "
-                f"SELECT * FROM read_parquet('{pattern}', union_by_name = true)"
-            )
+            con.read_parquet(files, union_by_name=True).create_view(view)
         else:
             # An empty view with the documented columns, so queries still bind.
             con.register(f"_empty_{name}", pa.Table.from_pylist([], schema=schema))
@@ -63,9 +61,10 @@ def _create_pages_view(con: duckdb.DuckDBPyConnection, directory: Path) -> None:
     archive = "_pages_stored"
     manifest = read_manifest(directory)
     if manifest is not None and manifest.since is not None:
-        earlier = directory.parent / "*" / "pages" / "*.parquet"
-        if next(directory.parent.glob("*/pages/*.parquet"), None) is not None:
-            archive = f"read_parquet('{earlier}', union_by_name = true)"
+        earlier = parquet_files(directory.parent, "*/pages/*.parquet")
+        if earlier:
+            archive = "_pages_archive"
+            con.read_parquet(earlier, union_by_name=True).create_view(archive)
     columns = ", ".join(PAGES.names)
     taken_from_fetch = {"crawl_id", "url", "url_host_name", "fetch_time", "depth", "node_id"}
     carried = ", ".join(

@@ -28,6 +28,7 @@ from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
 from crawler.scope.urls import server_of
+from storage.files import literal, parquet_files
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import discard_uncommitted_warc
@@ -59,11 +60,13 @@ class OutputRecovery:
         """What the dead `node_id`, owner of `hosts`, leaves to the others."""
         self._discard_uncommitted(node_id)
         commit = self.crawl_dir / COMMITTED_DATASETS[-1]
-        fetch_files = sorted(str(p) for p in commit.glob("*.parquet"))
-        committed = {Path(p).name for p in fetch_files}
-        discovered_files = sorted(
-            str(p) for p in (self.crawl_dir / "discovered").glob("*.parquet") if p.name in committed
-        )
+        committed = {path.name for path in commit.glob("*.parquet")}
+        fetch_files = parquet_files(commit)
+        discovered_files = [
+            literal(path)
+            for path in sorted((self.crawl_dir / "discovered").glob("*.parquet"))
+            if path.name in committed
+        ]
         con = duckdb.connect()
         done: set[str] = set()
         attempts: dict[str, int] = {}

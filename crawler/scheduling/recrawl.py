@@ -67,6 +67,7 @@ from pathlib import Path
 import duckdb
 
 from crawler.scope.urls import server_of
+from storage.files import parquet_files
 from storage.manifest import Manifest
 
 NEW_URL_PRIORITY = 1.0
@@ -350,7 +351,7 @@ def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
     con = duckdb.connect()
     for index, manifest in enumerate(chain):
         crawl_dir = out_dir / manifest.crawl_id
-        fetches = sorted(str(p) for p in (crawl_dir / "fetches").glob("*.parquet"))
+        fetches = parquet_files(crawl_dir / "fetches")
         if fetches:
             columns = {
                 row[0]
@@ -376,7 +377,7 @@ def read_history(out_dir: Path, chain: list[Manifest]) -> dict[str, Visits]:
                 visits.depth = min(visits.depth, depth)
                 visits.visit(index, digest, fetch_time, last_modified)
                 visits.etag = etag
-        discovered = sorted(str(p) for p in (crawl_dir / "discovered").glob("*.parquet"))
+        discovered = parquet_files(crawl_dir / "discovered")
         if discovered:
             for url, depth in con.execute(
                 "SELECT url, min(depth) FROM read_parquet(?) GROUP BY url ORDER BY 2, 1",

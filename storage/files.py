@@ -1,0 +1,26 @@
+"""File names as DuckDB reads them.
+
+DuckDB expands `*`, `?` and `[...]` in every file argument of `read_parquet`, a list of files
+included, so a crawl directory named `night[1]` would read the rows of `night1`. Every path
+reaches DuckDB through `literal` (those characters bracketed, which matches them as
+themselves), and never as SQL text: as a query parameter or a relation, so a quote in a
+directory name is just a character of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_GLOB_CHARACTERS = "*?["
+
+
+def literal(path: str | Path) -> str:
+    """`path`, absolute, in a form DuckDB's file arguments match only to itself."""
+    text = str(Path(path).absolute())
+    return "".join(f"[{char}]" if char in _GLOB_CHARACTERS else char for char in text)
+
+
+def parquet_files(directory: Path, pattern: str = "*.parquet") -> list[str]:
+    """The Parquet files of `directory` matching `pattern` (Python's glob: the directory's own
+    name is never a pattern), sorted, as DuckDB arguments."""
+    return [literal(path) for path in sorted(directory.glob(pattern))]
