@@ -16,8 +16,8 @@ from crawler.fetching.politeness import (
     RetrySettings,
     RobotsRules,
     is_retryable,
-    parse_retry_after,
 )
+from crawler.fetching.headers import parse_retry_after
 
 NOW_WALL = 1_700_000_000.0
 

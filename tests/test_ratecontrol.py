@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from crawler.config import ConfigError, config_from_dict, read_config_file, with_overrides
-from crawler.fetching.politeness import RetrySettings, parse_retry_after
+from crawler.fetching.headers import parse_retry_after
+from crawler.fetching.politeness import RetrySettings
 from crawler.ratecontrol import (
     CONTROLLERS,
     MODES,

@@ -8,10 +8,7 @@ caller seeds, so the node loop stays reproducible and the unit tests need no clo
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 
 from protego import Protego
 from pydantic import Field, model_validator
@@ -25,35 +22,9 @@ BAN_STATUSES = frozenset({429, 503})
 
 # delay-seconds is a non-negative integer (RFC 9110); a fraction is tolerated, nothing else
 # (no sign, exponent, "nan" or digit separators).
-_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 # RFC 9309 asks crawlers to parse at least 500 KiB of a robots.txt; past that, we stop reading.
 ROBOTS_MAX_CHARS = 500 * 1024
-
-
-def parse_retry_after(value: str | None, now_wall: float, max_s: float) -> float | None:
-    """Seconds to wait from a `Retry-After` header value, or None when there is no usable value.
-
-    Both RFC 9110 forms are accepted: delay-seconds ("120") and an HTTP-date. `now_wall` is the
-    wall-clock time (`time.time()`), needed only for the date form. A date in the past means
-    "retry now" (0). The result is clamped to `max_s` so a hostile or broken server cannot park
-    a host for days.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    if _SECONDS.fullmatch(text):
-        return min(float(text), max_s)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        # "-0000" dates parse as naive; RFC 9110 dates are always GMT.
-        when = when.replace(tzinfo=UTC)
-    return min(max(0.0, when.timestamp() - now_wall), max_s)
 
 
 class Backoff:

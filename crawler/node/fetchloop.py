@@ -14,7 +14,8 @@ import random
 import time
 
 from crawler.fetching.fetcher import FetchResult, ServerSession
-from crawler.fetching.politeness import RetryPolicy, RobotsRules, parse_retry_after
+from crawler.fetching.headers import parse_retry_after
+from crawler.fetching.politeness import RetryPolicy, RobotsRules
 from crawler.fetching.sitemaps import read_sitemaps, sitemap_urls
 from crawler.node.core import NodeCore
 from crawler.node.discovery import Discovery

@@ -55,17 +55,16 @@ Last-Modified never changes, still has its changes caught (it costs a full downl
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from itertools import pairwise
 from pathlib import Path
 
 import duckdb
 
+from crawler.fetching.headers import parse_http_date
 from crawler.scope.urls import server_of
 from storage.files import parquet_files
 from storage.manifest import Manifest
@@ -179,12 +178,8 @@ def _epoch(moment: datetime) -> float:
 
 
 def _parse_http_date(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return _epoch(parsedate_to_datetime(value))
-    except (TypeError, ValueError):
-        return None
+    when = parse_http_date(value)
+    return None if when is None else when.timestamp()
 
 
 def dates_trusted(pages: list[list[Observation]]) -> bool:
@@ -260,10 +255,8 @@ class Revisits:
         known = self.urls.get(url)
         if known is None or lastmod is None:
             return False
-        seen = known.fetch_time
-        if known.last_modified:
-            with contextlib.suppress(TypeError, ValueError):  # a malformed date: the fetch time
-                seen = parsedate_to_datetime(known.last_modified)
+        # A malformed or missing date: the fetch time.
+        seen = parse_http_date(known.last_modified) or known.fetch_time
         return seen is not None and lastmod > seen
 
     def conditional_headers(self, url: str) -> dict[str, str]:
