@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.config import ConfigError, config_from_dict
+from crawler.fetching.headers import parse_retry_after
 from crawler.fetching.politeness import (
     Backoff,
     RetryPolicy,
@@ -17,7 +18,6 @@ from crawler.fetching.politeness import (
     RobotsRules,
     is_retryable,
 )
-from crawler.fetching.headers import parse_retry_after
 
 NOW_WALL = 1_700_000_000.0
 
