@@ -236,9 +236,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from crawler.config import ConfigError
     from crawler.scheduling.recrawl import RecrawlError
     from crawler.scope.seeds import SeedError
+    from storage.lock import CrawlLocked
     from storage.views import OutputNotFound
 
-    return (UserError, ConfigError, SeedError, OutputNotFound, InstanceError, RecrawlError)
+    return (
+        UserError, ConfigError, SeedError, OutputNotFound, InstanceError, RecrawlError, CrawlLocked
+    )
 
 
 def _crawl_failed() -> type[BaseException]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -11,6 +12,7 @@ from prefect.runtime import flow_run
 from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
+from storage.lock import crawl_lock
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
@@ -39,28 +41,31 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     crawl_id = request.crawl_id or default_crawl_id()
     out_dir, max_pages, settings = request.out_dir, request.max_pages, request.config
     scope = scope_crawl(request.seeds, request.allow, request.allow_private)
-    revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
-    start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
-    depths = start_depths(scope.seeds, revisits)
-    checkpoint = read_checkpoint(out_dir, crawl_id, start, settings.output.resume_quiet_s, depths)
-    specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
-    fleet = launch_nodes(
-        FleetPlan(
-            crawl_id=crawl_id,
-            out_dir=out_dir,
-            config=settings,
-            nodes=specs,
-            scope_hosts=scope.hosts,
-            allow_private=request.allow_private,
-            max_depth=request.max_depth,
-            max_pages=max_pages,
-            revisits=revisits,
+    # One run per crawl directory, from the manifest through compaction (storage/lock.py).
+    with crawl_lock(Path(out_dir) / crawl_id):
+        revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
+        start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
+        depths = start_depths(scope.seeds, revisits)
+        quiet_s = settings.output.resume_quiet_s
+        checkpoint = read_checkpoint(out_dir, crawl_id, start, quiet_s, depths)
+        specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
+        fleet = launch_nodes(
+            FleetPlan(
+                crawl_id=crawl_id,
+                out_dir=out_dir,
+                config=settings,
+                nodes=specs,
+                scope_hosts=scope.hosts,
+                allow_private=request.allow_private,
+                max_depth=request.max_depth,
+                max_pages=max_pages,
+                revisits=revisits,
+            )
         )
-    )
-    try:
-        usage = drive_crawl(fleet, start, checkpoint, depths)
-    finally:
-        close_nodes(fleet)
-    collect_output(out_dir, crawl_id)
-    # Nodes used (planned, added, lost) beside the crawl's own summary.
-    return {**report_crawl(out_dir, crawl_id), "nodes": usage}
+        try:
+            usage = drive_crawl(fleet, start, checkpoint, depths)
+        finally:
+            close_nodes(fleet)
+        collect_output(out_dir, crawl_id)
+        # Nodes used (planned, added, lost) beside the crawl's own summary.
+        return {**report_crawl(out_dir, crawl_id), "nodes": usage}

@@ -19,6 +19,7 @@ import duckdb
 
 from storage.compaction import finish_compaction
 from storage.files import parquet_files
+from storage.lock import LOCK
 from storage.manifest import MANIFEST
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS
@@ -98,13 +99,13 @@ def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
     When a flow process is killed, its Ray actors outlive it for a moment and may still
     commit a batch; reading the checkpoint before they are gone would fetch those URLs twice.
     Returns False if the directory was still changing after `timeout_s`. The flow's own
-    `crawl.json`, written just before this step, is no sign of a running node: a new crawl
-    does not wait.
+    `crawl.json`, written just before this step, and its lock are no sign of a running node: a
+    new crawl does not wait.
     """
     deadline = time.monotonic() + timeout_s
     while True:
         newest = max(
-            (_changed_at(p) for p in crawl_dir.rglob("*") if p.name != MANIFEST),
+            (_changed_at(p) for p in crawl_dir.rglob("*") if p.name not in (MANIFEST, LOCK)),
             default=0.0,
         )
         idle = time.time() - newest
