@@ -131,7 +131,7 @@ def test_content_type_sniffing(fetch):
         ("/invalid-utf8", "utf-8"),
         ("/unknown-charset", None),  # x-nope: no such codec
         ("/binary-codec-charset", None),  # hex: a codec, but bytes to bytes
-        ("/wrong-charset", "iso8859-1"),
+        ("/wrong-charset", "cp1252"),  # iso-8859-1 is read as windows-1252, as browsers do
     ],
 )
 def test_bad_charsets_decode_without_failing(fetch, path, encoding):
@@ -243,3 +243,26 @@ def test_no_wire_rtt_without_an_answer():
     finally:
         session.close()
     assert result.error is not None and result.wire_rtt_s is None
+
+
+@pytest.mark.parametrize(
+    ("label", "encoding"),
+    [
+        ("utf-7", None),  # Python codecs no browser honours: a link hidden in UTF-7 stays hidden
+        ("idna", None),
+        ("punycode", None),
+        ("undefined", None),
+        ("unicode_escape", None),
+        ("replacement", None),
+        ("x-user-defined", None),
+        ("Shift_JIS", "cp932"),
+        ("latin1", "cp1252"),
+        ("UTF-8", "utf-8"),
+    ],
+)
+def test_only_the_labels_browsers_know_choose_the_encoding(label, encoding):
+    page = "<a href='/x'>Gr\u00f6\u00dfe</a>".encode("utf-8")
+    result = FetchResult("http://h/", 200, headers={"content-type": f"text/html; charset={label}"},
+                         body=page)
+    assert result.encoding == encoding
+    assert "/x" in result.text  # decoding never fails

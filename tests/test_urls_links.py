@@ -104,6 +104,20 @@ def test_link_resolver_agrees_with_urljoin_and_canonical_url(base, href):
         ("::ffff:10.0.0.1", "private"),
         ("0.0.0.0", "unspecified"),
         ("93.184.216.34", None),
+        # Shared address space (carrier-grade NAT) and other ranges that are not public.
+        ("100.64.0.1", "not public"),
+        ("100.127.255.254", "not public"),
+        ("198.18.0.1", "private"),
+        ("100.100.100.200", "cloud metadata"),
+        # IPv6 addresses that reach an IPv4 address: judged by the address they reach.
+        ("2002:7f00:1::1", "loopback"),  # 6to4 of 127.0.0.1
+        ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of 169.254.169.254
+        ("64:ff9b::a9fe:a9fe", "link-local"),  # NAT64 of 169.254.169.254
+        ("64:ff9b::7f00:1", "loopback"),
+        ("::7f00:1", "loopback"),  # IPv4-compatible 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),  # Teredo, client 127.0.0.1
+        ("2002:5db8:d822::1", None),  # 6to4 of a public address
+        ("2606:2800:220:1:248:1893:25c8:1946", None),
     ],
 )
 def test_refusal_reason(address, reason):

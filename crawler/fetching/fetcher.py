@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 import requests
+import webencodings
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -98,17 +99,16 @@ class FetchResult:
 
     @property
     def encoding(self) -> str | None:
-        """The declared charset as a Python codec name, or None when there is none or it is no
-        text encoding Python knows (`x-nope`, `hex`): a bogus label is ignored, as browsers do."""
+        """The declared charset as a Python codec name, or None when there is none or it is not
+        a label of the Encoding Standard browsers follow (`x-nope`, `hex`, and Python's own
+        codecs such as `utf-7`, `idna` or `punycode`, which no browser honours): a bogus label
+        is ignored, as browsers do."""
         label = self.charset
-        if label is None:
+        encoding = webencodings.lookup(label) if label is not None else None
+        # `replacement` and `x-user-defined` have no Python codec: read as undeclared.
+        if encoding is None or encoding.name in ("replacement", "x-user-defined"):
             return None
-        try:
-            name = codecs.lookup(label).name
-            b"a".decode(name, "ignore")  # LookupError for bytes-to-bytes codecs (hex, base64)
-        except LookupError:
-            return None
-        return name
+        return str(encoding.codec_info.name)
 
     @cached_property
     def text(self) -> str:

@@ -33,11 +33,33 @@ def system_resolver(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
+# NAT64's well-known prefix (RFC 6052): the last 32 bits are an IPv4 address the gateway
+# connects to.
+NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
+# IPv4-compatible IPv6 addresses (deprecated, RFC 4291), ::a.b.c.d.
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that a connection to `ip` reaches through a translation or tunnel
+    (mapped, 6to4, Teredo, NAT64, IPv4-compatible), or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in NAT64_PREFIX or (ip in IPV4_COMPATIBLE and int(ip) > 0xFFFF):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def refusal_reason(address: str) -> str | None:
-    """Why this address is off limits by default, or None when it is a public address."""
+    """Why this address is off limits by default, or None when it is a public address. An
+    IPv6 address that carries an IPv4 address is judged by the IPv4 address it reaches."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        ip = embedded_ipv4(ip) or ip
     if ip in METADATA_ADDRESSES:
         return "cloud metadata"
     for reason, flag in (
@@ -47,6 +69,9 @@ def refusal_reason(address: str) -> str | None:
         ("unspecified", ip.is_unspecified),
         ("private", ip.is_private),
         ("reserved", ip.is_reserved),
+        # Whatever else is not globally reachable: shared address space (100.64.0.0/10),
+        # benchmarking, documentation and other special-purpose ranges.
+        ("not public", not ip.is_global),
     ):
         if flag:
             return reason
