@@ -1,10 +1,10 @@
 """HTTP fetching over persistent per-server sessions (requests), bounded in size and in time.
 
 A fetch stops, with an error class in `FetchResult.error`, when the server sends more than
-`max_body_bytes` on the wire, when undoing its Content-Encoding (gzip, deflate, br) would give
-more than `max_decoded_bytes`, or when the whole exchange (connect, headers, body) outlasts
-`fetch_timeout_s`. urllib3 decodes in bounded steps (at most one chunk of output per read), so
-a gzip bomb costs no more memory than its limit.
+`max_body_bytes` on the wire, when undoing its Content-Encoding (gzip or deflate, all it asks
+for) would give more than `max_decoded_bytes`, or when the whole exchange (connect, headers,
+body) outlasts `fetch_timeout_s`. urllib3 decodes in bounded steps (at most one chunk of output
+per read), so a gzip bomb costs no more memory than its limit.
 """
 
 from __future__ import annotations

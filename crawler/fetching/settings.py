@@ -21,7 +21,7 @@ class FetchSettings(Section):
     )
     max_body_bytes: int = Field(10_000_000, ge=1024, description="bodies past this are cut off")
     max_decoded_bytes: int = Field(
-        10_000_000, ge=1024, description="bodies past this once gzip/deflate/br is undone"
+        10_000_000, ge=1024, description="bodies past this once gzip/deflate is undone"
     )
     max_redirects: int = Field(10, ge=0, description="redirect hops followed from one URL")
     robots_retry_s: float = Field(
