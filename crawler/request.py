@@ -9,6 +9,7 @@ that the Prefect UI renders it as a form and a deployment's parameters are check
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -51,6 +52,19 @@ class CrawlRequest(BaseModel):
         True, description="revisit an earlier crawl's URLs; False: a full crawl from the seeds"
     )
     config: CrawlConfig = Field(default_factory=CrawlConfig, description="crawler settings")
+
+    @field_validator("seeds")
+    @classmethod
+    def _no_credentials(cls, seeds: list[str]) -> list[str]:
+        # The crawler never logs in; a password in a seed would only be stored with the flow
+        # run's parameters (Prefect's database) and logs.
+        for number, seed in enumerate(seeds, 1):
+            if "@" in urlsplit(seed.strip()).netloc:
+                raise ValueError(
+                    f"seed {number} carries credentials (user:password@): remove them, the "
+                    "crawler does not log in and would store them with the run"
+                )
+        return seeds
 
     @field_validator("crawl_id", "since")
     @classmethod

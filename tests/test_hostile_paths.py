@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from crawler.cluster.recovery import OutputRecovery
+from crawler.config import one_line
 from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import read_history
 from storage.checkpoint import load_checkpoint
@@ -99,3 +100,10 @@ def test_a_crawl_id_that_is_not_a_plain_name_is_refused(crawl_id):
 def test_a_manifest_naming_another_directory_is_not_read(tmp_path):
     write_manifest(tmp_path / "night-2", Manifest("../../etc", "2026-01-01", "d", None))
     assert read_manifest(tmp_path / "night-2") is None
+
+
+def test_a_seed_with_credentials_is_refused_without_echoing_them():
+    with pytest.raises(ValidationError) as refused:
+        CrawlRequest(seeds=["http://example.org/", "http://bob:s3cret@example.org/"])
+    message = one_line(refused.value)  # what the command prints
+    assert "seed 2 carries credentials" in message and "s3cret" not in message
