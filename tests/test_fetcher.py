@@ -63,10 +63,20 @@ def test_declared_huge_body_is_refused_unread(fetch):
     assert result.body == b""
 
 
-def test_streamed_huge_body_is_cut_at_the_limit(fetch):
-    result = fetch("huge_body", "/huge-stream")
+@pytest.mark.parametrize("path", ["/huge-stream", "/huge-chunked"])
+def test_streamed_huge_body_is_cut_at_the_limit(fetch, path):
+    result = fetch("huge_body", path)
     assert (result.status, error_class(result)) == (200, "body_too_large")
     assert LIMIT - 65536 < len(result.body) <= LIMIT
+
+
+def test_a_body_that_decodes_to_nothing_is_cut_on_the_wire(fetch):
+    """Endless gzip members of nothing, chunked: no decoded limit is ever reached. (A time
+    limit far off, so that only the size can end it.)"""
+    roomy = CONFIG.model_copy(update={"fetch_timeout_s": 60.0, "read_timeout_s": 10.0})
+    result = fetch("huge_body", "/empty-members", roomy)
+    assert (result.status, error_class(result)) == (200, "body_too_large")
+    assert result.body == b""
 
 
 def test_gzip_bomb_is_cut_on_decoded_bytes_in_bounded_memory(fetch):

@@ -59,6 +59,59 @@ _CUT_SHORT = frozenset(
 _UNICODE_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
+class _WireLimitReached(Exception):
+    """The body passed `max_body_bytes` on the wire (raised inside urllib3's read)."""
+
+
+class _WireCounter:
+    """Counts the bytes of a response body read from the connection, whatever its framing,
+    and stops the read past `limit`.
+
+    urllib3 counts the bytes it reads (`tell()`) only for bodies of known length, so a chunked
+    body passed the wire limit uncounted; and a body of endless gzip members that decode to
+    nothing yields no data at all to the loop that checks it. So the counter sits between
+    http.client and the connection's buffered reader, where every body byte and every byte of
+    chunk framing passes, and raises there.
+    """
+
+    def __init__(self, reader: Any, limit: int) -> None:
+        self._reader = reader
+        self._limit = limit
+        self.bytes_read = 0
+
+    @classmethod
+    def install(cls, response: requests.Response, limit: int) -> _WireCounter:
+        http_response = response.raw._fp  # the http.client response urllib3 reads from
+        counter = cls(http_response.fp, limit)
+        http_response.fp = counter
+        return counter
+
+    def _count(self, data: bytes) -> bytes:
+        self.bytes_read += len(data)
+        if self.bytes_read > self._limit:
+            raise _WireLimitReached
+        return bytes(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._count(self._reader.read(size))
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._count(self._reader.read1(size))
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self._count(self._reader.readline(limit))
+
+    def readinto(self, buffer: Any) -> int:
+        count = int(self._reader.readinto(buffer) or 0)
+        self.bytes_read += count  # the bytes are in `buffer`: counted without a copy
+        if self.bytes_read > self._limit:
+            raise _WireLimitReached
+        return count
+
+    def __getattr__(self, name: str) -> Any:  # close, flush, peek, ...: the reader's own
+        return getattr(self._reader, name)
+
+
 @dataclass
 class FetchResult:
     url: str
@@ -449,14 +502,10 @@ class ServerSession:
             )
             return
         body = bytearray()
+        _WireCounter.install(response, max_wire)
         try:
             for chunk in response.iter_content(chunk_size=_CHUNK):
                 body += chunk
-                if response.raw.tell() > max_wire:
-                    result.error = FetchError(
-                        ErrorClass.BODY_TOO_LARGE, f"more than {max_wire} bytes"
-                    )
-                    return
                 if len(body) > max_decoded:
                     encoding = response.headers.get("content-encoding", "identity")
                     result.error = FetchError(
@@ -464,6 +513,8 @@ class ServerSession:
                         f"more than {max_decoded} bytes once {encoding} is decoded",
                     )
                     return
+        except _WireLimitReached:
+            result.error = FetchError(ErrorClass.BODY_TOO_LARGE, f"more than {max_wire} bytes")
         finally:
             result.body = bytes(body[:max_decoded])
 

@@ -43,6 +43,23 @@ def _gzip_bomb(decoded: int) -> Iterator[bytes]:
     yield b"\x03\x00" + struct.pack("<II", crc, (blocks * len(zeros)) & 0xFFFFFFFF)
 
 
+def _chunked(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """`chunks` in HTTP/1.1 chunked framing, ended by the last (empty) chunk."""
+    for chunk in chunks:
+        if chunk:
+            yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    yield b"0\r\n\r\n"
+
+
+def _empty_gzip_members(wire: int) -> Iterator[bytes]:
+    """About `wire` bytes of gzip members that each decode to nothing: a body that costs the
+    wire and never grows once decoded."""
+    member = zlib.compress(b"", wbits=31)
+    block = member * (BLOCK // len(member))
+    for _ in range(max(1, wire // len(block))):
+        yield block
+
+
 async def huge_body(ex: Exchange) -> bool | None:
     size = ex.state.spec.hostile_body_bytes
     if ex.request.path == "/huge":
@@ -50,6 +67,16 @@ async def huge_body(ex: Exchange) -> bool | None:
         return await ex.stream(headers, _filler(size))
     if ex.request.path == "/huge-stream":  # no length: the body ends when the server closes
         return await ex.stream([("Content-Type", HTML)], _filler(size))
+    if ex.request.path == "/huge-chunked":  # no length either: chunked transfer encoding
+        headers = [("Content-Type", HTML), ("Transfer-Encoding", "chunked")]
+        return await ex.stream(headers, _chunked(_filler(size)))
+    if ex.request.path == "/empty-members":  # on the wire without end, decoding to nothing
+        headers = [
+            ("Content-Type", HTML),
+            ("Content-Encoding", "gzip"),
+            ("Transfer-Encoding", "chunked"),
+        ]
+        return await ex.stream(headers, _chunked(_empty_gzip_members(size)))
     return None
 
 
