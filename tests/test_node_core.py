@@ -12,7 +12,7 @@ import pytest
 
 from crawler.cluster.status import Counters
 from crawler.config import CrawlConfig
-from crawler.node.core import NodeCore
+from crawler.node.core import UNLIMITED, NodeCore
 from crawler.node.settings import NodeSettings
 from crawler.scheduling.server import ServerState
 from crawler.scheduling.urlqueue import UrlTask
@@ -136,13 +136,33 @@ def test_reclaim_hands_back_what_is_left_and_leaves_none():
     assert core.reclaim() == 0
 
 
+def test_without_max_pages_the_budget_never_runs_out_or_goes_back():
+    core, server = core_with_urls(page_budget=None, urls=1)
+    with core.lock:
+        assert core.take_task(server, later()) is not None
+    assert core.reclaim() == 0
+    assert core.budget >= UNLIMITED - 1
+
+
 def test_refused_urls_get_their_pages_back():
     core, server = core_with_urls(page_budget=2, urls=2)
     with core.lock:
         tasks = [core.take_task(server, later()) for _ in range(2)]
-    assert core.budget == 0 and all(tasks)
-    core.refund_budget(len(tasks))
+    assert core.budget == 0
+    core.refund_budget([task for task in tasks if task is not None])
     assert core.budget == 2
+
+
+def test_a_refused_retry_gives_back_no_page():
+    """Its family closed while it waited: it had taken no page, so it gives none back (the
+    node would otherwise start one URL more than the driver granted)."""
+    core, server = core_with_urls(page_budget=0, urls=0)
+    with core.lock:
+        core.queue_retry(server, UrlTask(f"http://{HOST}/r", 0, attempt=2))
+        retry = core.take_task(server, later())
+    assert retry is not None
+    core.refund_budget([retry])
+    assert core.budget == 0
 
 
 # ---- counts and the end ---------------------------------------------------------------------

@@ -51,6 +51,7 @@ class NodeCore:
         self._sessions: dict[str, ServerSession] = {}  # this node's connection to each server
         # New URLs it may still start: the driver grants pages (--max-pages) and takes back
         # what an idle node holds; without --max-pages it never runs out.
+        self._unlimited = settings.page_budget is None
         self._budget = UNLIMITED if settings.page_budget is None else settings.page_budget
         self._active = 0  # connections open
         self._stopping = False
@@ -175,13 +176,13 @@ class NodeCore:
         its queue, and its page back to the budget."""
         with self.lock:
             server.put_back(task)
-            if task.attempt == 1:
-                self._budget += 1
+            self.refund_budget([task])
 
-    def refund_budget(self, pages: int) -> None:
-        """Pages taken for URLs refused just before their request come back."""
+    def refund_budget(self, tasks: list[UrlTask]) -> None:
+        """URLs taken but never requested (put back, or refused just before their request)
+        give back the pages they took: those of their first tries, retries took none."""
         with self.lock:
-            self._budget += pages
+            self._budget += sum(task.attempt == 1 for task in tasks)
 
     def grant(self, pages: int) -> None:
         """More pages to start (the driver shares out --max-pages): wakes the idle workers."""
@@ -193,7 +194,7 @@ class NodeCore:
         """Hand back the pages not started, leaving none (nothing to hand back without
         --max-pages)."""
         with self.lock:
-            if self._budget >= UNLIMITED:
+            if self._unlimited:
                 return 0
             unused, self._budget = self._budget, 0
             return unused

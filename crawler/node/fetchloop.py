@@ -329,15 +329,15 @@ class FetchLoop:
         self, tasks: list[UrlTask], error: FetchError = DEADLINE, refund_budget: bool = False
     ) -> None:
         """Rows for URLs not fetched (refused, skipped, the deadline), as one batch.
-        `refund_budget`: the URLs were taken against the page budget (a refusal just before
-        the request), which gets them back since nothing was fetched."""
+        `refund_budget`: the URLs were taken from their server for a request (refused just
+        before it), so the pages their first tries took come back since nothing was fetched."""
         if not tasks:
             return
         self._recorder.unfetched(tasks, error)
         core = self._core
         with core.lock:
             if refund_budget:
-                core.refund_budget(len(tasks))
+                core.refund_budget(tasks)
             for task in tasks:
                 if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
