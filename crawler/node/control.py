@@ -21,7 +21,7 @@ from pathlib import Path
 
 from crawler.cluster.peerlink import PeerLink
 from crawler.cluster.status import NodeStatus
-from crawler.node.core import UNLIMITED, NodeCore
+from crawler.node.core import NodeCore
 from crawler.node.discovery import Discovery
 from crawler.node.fetchloop import FetchLoop
 from crawler.node.handover import Handover
@@ -106,24 +106,16 @@ class CrawlerNode:
                 if attempt == 1:
                     core.queue(server, task)
                 else:
-                    server.seen.add(url)
-                    core.frontier.push_retry(server.host, task, scheme=url.split(":", 1)[0])
+                    core.queue_retry(server, task)
             core.changed()
 
     def grant(self, pages: int) -> None:
         """Allow this node to start `pages` more URLs (the driver enforces --max-pages)."""
-        with self.core.lock:
-            self.core.budget += pages
-            self.core.lock.notify_all()
+        self.core.grant(pages)
 
     def reclaim(self) -> int:
         """Hand back the unused page budget (the driver gives it to nodes that have work)."""
-        core = self.core
-        with core.lock:
-            if core.budget >= UNLIMITED:
-                return 0
-            unused, core.budget = core.budget, 0
-            return unused
+        return self.core.reclaim()
 
     # ---- other nodes --------------------------------------------------------------------------
 
@@ -197,17 +189,12 @@ class CrawlerNode:
                 target()
             except Exception as exc:
                 logger.exception("%s died", name)
-                with core.lock:
-                    if core.failure is None:
-                        core.failure = f"{name}: {type(exc).__name__}: {exc}"[:300]
+                core.record_failure(f"{name}: {type(exc).__name__}: {exc}"[:300])
 
         return threading.Thread(target=run, name=name, daemon=True)
 
     def _stop_threads(self) -> None:
-        core = self.core
-        with core.lock:
-            core.stopping = True
-            core.lock.notify_all()
+        self.core.stop()
         for thread in self._threads:
             thread.join()
 
@@ -234,6 +221,5 @@ class CrawlerNode:
         self._link.stop()
         self._metrics.close()
         self.recorder.flush()
-        for session in self.core.sessions.values():
-            session.close()
+        self.core.close_sessions()
         return self.status()

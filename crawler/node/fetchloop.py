@@ -65,26 +65,24 @@ class FetchLoop:
             with core.lock:
                 if core.stopping:
                     return
-                server = core.frontier.acquire(time.monotonic()) if core.budget > 0 else None
+                server = core.open_connection(time.monotonic())
                 if server is None:
                     # Without page budget only a grant (which notifies) can bring work.
                     core.lock.wait(timeout=self._idle_wait() if core.budget > 0 else 0.5)
                     continue
-                core.active += 1
             try:
                 self.serve(server)
             finally:
                 with core.lock:
-                    core.frontier.release(server)
+                    core.close_connection(server)
                     self._handover.connection_closed(server)
-                    core.active -= 1
                     core.changed()
 
     def serve(self, server: ServerState) -> None:
         """One connection's worth of work on one server."""
         core = self._core
         user_agent = core.config.fetch.user_agent
-        session = core.sessions.setdefault(server.host, ServerSession(core.config.fetch))
+        session = core.session(server)
         if server.refused is not None or not self._address_ok(server, session):
             self._fail_queued(server, FetchError(ErrorClass.ADDRESS_REFUSED, server.refused))
             return
@@ -103,7 +101,7 @@ class FetchLoop:
             assert server.controller is not None
             wait = server.controller.earliest_next() - time.monotonic()
             if wait > LINGER_S:
-                self._put_back(server, task)
+                core.put_back(server, task)
                 return
             # Checked last: a URL put back above must not be counted twice. Retries were
             # admitted with their first try.
@@ -165,9 +163,7 @@ class FetchLoop:
             )
         self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
         self._discovery.send_foreign(foreign)
-        with core.lock:
-            core.counters.urls_done += 1
-            core.counters.pages += outcome.page is not None
+        core.count_fetched(page=outcome.page is not None)
         return outcome.keep_connection
 
     # ---- what a connection needs besides pages ----------------------------------------------
@@ -258,16 +254,7 @@ class FetchLoop:
         with core.lock:
             if core.stopping or server.host in self._handover.leaving:
                 return None
-            task = server.next_task(time.monotonic(), new_allowed=core.budget > 0)
-            if task is not None and task.attempt == 1:
-                core.budget -= 1
-            return task
-
-    def _put_back(self, server: ServerState, task: UrlTask) -> None:
-        with self._core.lock:
-            server.put_back(task)
-            if task.attempt == 1:
-                self._core.budget += 1
+            return core.take_task(server, time.monotonic())
 
     def _idle_wait(self) -> float:
         ready = self._core.frontier.next_ready_time()
@@ -321,7 +308,7 @@ class FetchLoop:
                 controller.on_network_rtt(result.network_rtt_s)
             controller.on_response(now, rtt_s, result.status, retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
-            core.touched.add(server.host)
+            core.server_answered(server.host)
         return result, retry_after
 
     # ---- URLs not fetched -------------------------------------------------------------------
@@ -343,17 +330,16 @@ class FetchLoop:
         self, tasks: list[UrlTask], error: FetchError = DEADLINE, refund_budget: bool = False
     ) -> None:
         """Rows for URLs not fetched (refused, skipped, the deadline), as one batch.
-        `refund_budget`: the URLs were taken against the page budget (a refusal just before
-        the request), which gets them back since nothing was fetched."""
+        `refund_budget`: the URLs were taken from their server for a request (refused just
+        before it), so the pages their first tries took come back since nothing was fetched."""
         if not tasks:
             return
         self._recorder.unfetched(tasks, error)
         core = self._core
         with core.lock:
             if refund_budget:
-                core.budget += len(tasks)
+                core.refund_budget(tasks)
             for task in tasks:
                 if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
-            core.counters.urls_done += len(tasks)
-            core.counters.activity += 1
+            core.count_unfetched(len(tasks))

@@ -54,27 +54,16 @@ class Handover:
                 chosen.append(server)
                 urls += server.pending()
             self.leaving.update(server.host for server in chosen if server.busy)
-            states += self.export_locked([server for server in chosen if not server.busy], now)
-            return states
+            idle = [server for server in chosen if not server.busy]
+            core.disown(idle, now)
+            return states + idle
 
     def connection_closed(self, server: ServerState) -> None:
         """A worker let go of the server; one on its way out can go now. Under the lock."""
         if server.host in self.leaving:
             self.leaving.discard(server.host)
-            self.departed += self.export_locked([server], time.monotonic())
-
-    def export_locked(self, servers: list[ServerState], now: float) -> list[ServerState]:
-        """Take idle servers out of this node, whole. Under the lock."""
-        core = self._core
-        for server in servers:
-            # Idle: its heap entries go stale and no worker takes it again.
-            core.frontier.remove(server)
-            if (session := core.sessions.pop(server.host, None)) is not None:
-                session.close()  # one connection per server: ours goes
-            server.depart(now)
-        if servers:
-            core.counters.activity += 1
-        return servers
+            self._core.disown([server], time.monotonic())
+            self.departed.append(server)
 
     def adopt_hosts(self, states: list[ServerState]) -> None:
         """Take over servers, whole: their queues, seen URLs, robots.txt rules, rate

@@ -60,7 +60,7 @@ class NodeMetrics:
             (None, "fetches", counters.fetches),
             (None, "urls_done", counters.urls_done),
         ]
-        for host in sorted(core.touched):
+        for host in core.take_answered():
             server = core.servers.get(host)
             if server is None or server.controller is None:
                 continue  # handed over since it answered: its next owner reports it
@@ -69,7 +69,6 @@ class NodeMetrics:
                 for name, value in server.controller.trace(now).items()
                 if value is not None
             ]
-        core.touched.clear()
         values += [
             (None, name, value) for name, value in self._link.metric_values(counters.pages).items()
         ]

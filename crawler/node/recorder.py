@@ -81,8 +81,7 @@ class Recorder:
             {"discovered": discovered_rows, "pages": page_rows, "fetches": [fetch_row]},
             exchange_of(result, fetch_time, earlier) if self._warc else None,
         )
-        with self._core.lock:
-            self._core.counters.fetches += 1
+        self._core.count_fetch_rows(1)
 
     def unfetched(self, tasks: list[UrlTask], error: FetchError) -> None:
         """One fetches row per URL not fetched (refused, skipped, failed before a request),
@@ -90,8 +89,7 @@ class Recorder:
         now = datetime.now(UTC)
         rows = [self._fetch_row(FetchResult(task.url), task, now, error, None) for task in tasks]
         self.output.record({"fetches": rows})
-        with self._core.lock:
-            self._core.counters.fetches += len(rows)
+        self._core.count_fetch_rows(len(rows))
 
     def _fetch_row(
         self,
