@@ -86,7 +86,7 @@ WEB = WebSpec(
 UNTHROTTLED = replace(WEB, latency_ms=(0.0, 0.0), static=True)
 # The crawler as fast as the servers allow: politeness delays are not what is measured here.
 BASE = {
-    "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
     "scheduling": {"requests_per_connection": 100},
     "dedup": {"expected_urls": 1_000_000},
 }

@@ -95,7 +95,7 @@ def crawl_night(
     config = CrawlConfig(
         scheduling={"policy": policy},
         fetch={"sitemaps": sitemaps},
-        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     )
     plan = single_node(crawl_id, str(out), config, hosts, max_pages=budget, revisits=revisits)
     seeds = [sim.hub_url]

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.fetching.politeness import RetrySettings
 from crawler.fetching.settings import FetchSettings
-from crawler.ratecontrol import RateControlSettings
+from crawler.ratecontrol import LAW_SETTINGS, RateControlSettings
 from crawler.scheduling.settings import SchedulingSettings
 from crawler.scope.settings import LimitSettings
 from crawler.section import Section
@@ -99,15 +99,27 @@ class CrawlConfig(Section):
         return data
 
 
-# Keys that moved when the settings became a tree of sections (issue 18): (the table a file held
-# it in, None for the top level of the flat layout; its name there) -> (its section, its name
-# there). A file that still uses one gets an error naming its new place.
+# Keys that moved when the settings became a tree of sections (issue 18) or were split and
+# renamed (issue 28): (the table a file held it in, None for the top level of the flat layout;
+# its name there) -> (its section, its name there). A file that still uses one gets an error
+# naming its new place.
 _RENAMED = {
     "exchange_batch": ("exchange", "batch"),
     "dedup_cache_size": ("dedup", "cache_size"),
     "dedup_expected_urls": ("dedup", "expected_urls"),
     "dedup_fp_rate": ("dedup", "fp_rate"),
     "dedup_shards": ("dedup", "shards"),
+}
+# The laws' keys at the top of [rate_control] before each law had its sub-table; those not
+# listed kept their names there.
+_RATE_CONTROL_RENAMED = {
+    "pid_reference_ppm": ("pid", "reference_ppm"),
+    "fixed_delay_s": ("fixed", "delay_s"),
+    "rtt_increase": ("rtt", "increase"),
+    "rtt_decrease": ("rtt", "decrease"),
+    "rtt_initial_cap": ("rtt", "initial_cap"),
+    "rtt_min_cap": ("rtt", "min_cap"),
+    "rtt_max_cap": ("rtt", "max_cap"),
 }
 MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
     **{
@@ -126,19 +138,32 @@ MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
     **{(None, old): new for old, new in _RENAMED.items()},
     # The retry budget and host pauses were rate-control keys before [retry] was a section.
     **{("rate_control", name): ("retry", name) for name in RetrySettings.model_fields},
+    **{
+        ("rate_control", name): (f"rate_control.{law}", name)
+        for law, model in LAW_SETTINGS.items()
+        for name in model.model_fields
+        if (law, name) not in _RATE_CONTROL_RENAMED.values()
+    },
+    **{
+        ("rate_control", old): (f"rate_control.{law}", name)
+        for old, (law, name) in _RATE_CONTROL_RENAMED.items()
+    },
 }
 
 
 def one_line(error: ValidationError, within: str | None = None) -> str:
     """The first problem of a validation error as `where: what`; `where` is relative to the
-    field `within` when the problem is inside it, and left out for the model as a whole."""
+    field `within` when the problem is inside it, and left out for the model as a whole or
+    when the message names its place itself."""
     first = error.errors()[0]
     loc = [str(part) for part in first["loc"]]
     if within is not None and loc[:1] == [within]:
         loc = loc[1:]
     where = ".".join(loc)
     message = first["msg"].removeprefix("Value error, ").removeprefix(f"{where}: ")
-    return f"{where}: {message}" if where else message
+    if not where or message.startswith(f"{where}."):
+        return message
+    return f"{where}: {message}"
 
 
 def config_from_dict(data: dict[str, Any]) -> CrawlConfig:

@@ -141,6 +141,28 @@ def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, me
 @pytest.mark.parametrize(
     ("table", "message"),
     [
+        ("[rate_control]\nkp = -0.05", "rate_control.kp moved to [rate_control.pid]"),
+        (
+            '[rate_control]\nmode = "rtt"\nrtt_max_cap = 4',
+            "rate_control.rtt_max_cap moved to [rate_control.rtt] as max_cap",
+        ),
+        (
+            '[rate_control]\nmode = "adaptive"\n[rate_control.pid]\nkp = -0.05',
+            'rate_control.pid is set but rate_control.mode is "adaptive"',
+        ),
+        (
+            "[rate_control]\ntarget_ppm = 30.0",
+            'rate_control.target_ppm is set but rate_control.mode "adaptive" does not read it',
+        ),
+    ],
+)
+def test_a_key_of_an_older_layout_or_of_another_law_is_one_line(tmp_path, capsys, table, message):
+    assert config_error(tmp_path, capsys, table) == f"crawlflow: error: invalid config: {message}"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
         (
             "[exchange]\nbatch = true",
             "invalid config: exchange.batch: Input should be a valid integer",

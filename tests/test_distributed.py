@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration  # websim and Ray
 SETTINGS = {
     "exchange": {"heartbeat_s": 0.05},
     "output": {"write_interval_s": 0.2},
-    "rate_control": {"mode": "fixed", "fixed_delay_s": 0.02},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.02}},
 }
 
 

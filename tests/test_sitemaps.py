@@ -18,7 +18,10 @@ from websim import WebSim, WebSpec
 
 pytestmark = pytest.mark.integration  # websim
 
-CONFIG = {"fetch": {"sitemaps": True}, "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
+CONFIG = {
+    "fetch": {"sitemaps": True},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
+}
 
 
 @pytest.fixture(scope="module")
