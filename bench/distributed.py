@@ -109,7 +109,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     planned = [LoneNode(f"node-{i}", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)]
     out = tempfile.mkdtemp(prefix="bench-distributed-")
     crawl_id = f"bench-{time.time_ns()}"
-    fleet = start_fleet(FleetPlan(crawl_id, out, config, planned, hosts, True, None, None), "ray")
+    fleet = start_fleet(FleetPlan(crawl_id, out, config, planned, hosts, True), "ray")
     marks: list[tuple[float, list[NodeStatus], CpuTimes]] = []
 
     def mark(progress: Progress) -> None:

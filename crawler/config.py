@@ -57,7 +57,7 @@ class PlanSettings(Section):
     expected_page_kb: float = Field(50.0, gt=0, description="average page size, kB")
     expected_pages_per_s_per_host: float = Field(10.0, gt=0, description="politeness rate")
     surcharge_max_nodes: int = Field(
-        0, ge=0, description="nodes added while the crawl is projected past time_budget_s"
+        0, ge=0, description="nodes added while the crawl is projected past [limits] deadline_s"
     )
     surcharge_check_s: float = Field(10.0, gt=0, description="interval of that projection")
 
@@ -91,11 +91,7 @@ class CrawlConfig(Section):
             ]
             for table, key in held:
                 if (table, key) in MOVED_KEYS:
-                    section, name = MOVED_KEYS[table, key]
-                    where = key if table is None else f"{table}.{key}"
-                    raise ValueError(
-                        f"{where} moved to [{section}]" + (f" as {name}" if name != key else "")
-                    )
+                    raise ValueError(moved_message(table, key))
         return data
 
 
@@ -109,6 +105,7 @@ _RENAMED = {
     "dedup_expected_urls": ("dedup", "expected_urls"),
     "dedup_fp_rate": ("dedup", "fp_rate"),
     "dedup_shards": ("dedup", "shards"),
+    "time_budget_s": ("limits", "deadline_s"),
 }
 # The laws' keys at the top of [rate_control] before each law had its sub-table; those not
 # listed kept their names there.
@@ -136,6 +133,7 @@ MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
         if (section, name) not in _RENAMED.values()
     },
     **{(None, old): new for old, new in _RENAMED.items()},
+    ("limits", "time_budget_s"): ("limits", "deadline_s"),
     # The retry budget and host pauses were rate-control keys before [retry] was a section.
     **{("rate_control", name): ("retry", name) for name in RetrySettings.model_fields},
     **{
@@ -149,6 +147,15 @@ MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
         for old, (law, name) in _RATE_CONTROL_RENAMED.items()
     },
 }
+
+
+def moved_message(table: str | None, key: str) -> str:
+    """Where key `key` of table `table` (None: the top level) of an older layout is now."""
+    section, name = MOVED_KEYS[table, key]
+    where = key if table is None else f"{table}.{key}"
+    if section == table:
+        return f"{where} is now {section}.{name}"
+    return f"{where} moved to [{section}]" + (f" as {name}" if name != key else "")
 
 
 def one_line(error: ValidationError, within: str | None = None) -> str:

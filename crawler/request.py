@@ -14,8 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crawler.config import ConfigError, CrawlConfig, one_line
 
+# Fields of the request that moved into its settings (issue 28): name -> its place in `config`.
+MOVED_TO_CONFIG = {"max_pages": "limits.max_pages", "max_depth": "limits.max_depth"}
+
 
 class CrawlRequest(BaseModel):
+    """One crawl: where it starts, what is in scope, where it writes, what it revisits, and
+    its settings (the page, depth and time limits among them, in `config.limits`)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seeds: list[str] = Field(min_length=1, description="start URLs; their servers are in scope")
@@ -23,10 +29,6 @@ class CrawlRequest(BaseModel):
         default_factory=list, description="extra servers HOST[:PORT] in scope"
     )
     allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
-    max_pages: int | None = Field(
-        None, ge=1, description="URLs fetched (first tries) before the crawl stops"
-    )
-    max_depth: int | None = Field(None, ge=0, description="links followed from a seed")
     nodes: int | None = Field(
         None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
     )
@@ -43,6 +45,15 @@ class CrawlRequest(BaseModel):
         True, description="revisit an earlier crawl's URLs; False: a full crawl from the seeds"
     )
     config: CrawlConfig = Field(default_factory=CrawlConfig, description="crawler settings")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_moved_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in MOVED_TO_CONFIG:
+                if name in data:
+                    raise ValueError(f"{name} moved to config.{MOVED_TO_CONFIG[name]}")
+        return data
 
     @model_validator(mode="after")
     def _since_needs_incremental(self) -> CrawlRequest:

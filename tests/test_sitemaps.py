@@ -43,13 +43,11 @@ def web():
 
 def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) -> None:
     hosts = sim.servers
-    budget = options.pop("max_pages", None)
+    budget = options.get("max_pages")
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=True)
     revisits = load_revisits(out, manifest, hosts)
-    config = CrawlConfig(**CONFIG)
-    plan = single_node(
-        crawl_id, str(out), config, hosts, True, options.get("max_depth"), budget, revisits
-    )
+    config = CrawlConfig(**CONFIG, limits=options)
+    plan = single_node(crawl_id, str(out), config, hosts, True, revisits)
     crawl_in_process(plan, start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
 
 
