@@ -5,17 +5,20 @@ from `limits`, the rate controllers from `rate_control` and `retry`, ...); the n
 part its section. Loaded from a TOML or JSON file (`--config FILE`, one table per section) as
 part of the crawl request (crawler/request.py). Every section is a `crawler.section.Section`:
 unknown keys, wrong types and bad values are errors, so a typo never silently falls back to a
-default, and a key of the old flat layout names its table.
+default: an unknown key is reported with the closest known one, and a key of an older layout
+with its new place.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.fetching.politeness import RetrySettings
@@ -65,19 +68,34 @@ class PlanSettings(Section):
 class CrawlConfig(Section):
     """Every setting, one table (section) per component; each component takes its own."""
 
-    fetch: FetchSettings = Field(default_factory=FetchSettings)
-    limits: LimitSettings = Field(default_factory=LimitSettings)
-    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
+    fetch: FetchSettings = Field(
+        default_factory=FetchSettings, description="how one HTTP request is made and cut off"
+    )
+    limits: LimitSettings = Field(
+        default_factory=LimitSettings,
+        description="what the crawl fetches at most, how deep, and when it stops",
+    )
+    scheduling: SchedulingSettings = Field(
+        default_factory=SchedulingSettings, description="which server and URL come next"
+    )
     rate_control: RateControlSettings = Field(
         default_factory=RateControlSettings, description="the rate controller of each server"
     )
     retry: RetrySettings = Field(
         default_factory=RetrySettings, description="retries of a URL and pauses of a server"
     )
-    exchange: ExchangeSettings = Field(default_factory=ExchangeSettings)
-    dedup: DedupSettings = Field(default_factory=DedupSettings)
-    output: OutputSettings = Field(default_factory=OutputSettings)
-    plan: PlanSettings = Field(default_factory=PlanSettings)
+    exchange: ExchangeSettings = Field(
+        default_factory=ExchangeSettings, description="how nodes hand URLs and servers over"
+    )
+    dedup: DedupSettings = Field(
+        default_factory=DedupSettings, description="the crawl-wide set of URLs seen"
+    )
+    output: OutputSettings = Field(
+        default_factory=OutputSettings, description="the Parquet and WARC files written"
+    )
+    plan: PlanSettings = Field(
+        default_factory=PlanSettings, description="what the allocation plan assumes"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -158,15 +176,30 @@ def moved_message(table: str | None, key: str) -> str:
     return f"{where} moved to [{section}]" + (f" as {name}" if name != key else "")
 
 
-def one_line(error: ValidationError, within: str | None = None) -> str:
-    """The first problem of a validation error as `where: what`; `where` is relative to the
-    field `within` when the problem is inside it, and left out for the model as a whole or
-    when the message names its place itself."""
+def _keys_at(model: type[BaseModel], path: Sequence[str | int]) -> list[str]:
+    """The keys of the table at `path` below `model`; none if the path leads out of the
+    models (into a list, say)."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        table = None if field is None else field.annotation
+        if not (isinstance(table, type) and issubclass(table, BaseModel)):
+            return []
+        model = table
+    return list(model.model_fields)
+
+
+def one_line(error: ValidationError, model: type[BaseModel], within: str | None = None) -> str:
+    """The first problem of a validation of `model` as `where: what`; `where` is relative to
+    the field `within` when the problem is inside it, and left out for the model as a whole
+    or when the message names its place itself. An unknown key comes with the closest key of
+    its table, if one is close: `unknown key fetch.user_agnet (did you mean user_agent?)`."""
     first = error.errors()[0]
     loc = [str(part) for part in first["loc"]]
-    if within is not None and loc[:1] == [within]:
-        loc = loc[1:]
-    where = ".".join(loc)
+    inside = within is not None and loc[:1] == [within]
+    where = ".".join(loc[1:] if inside else loc)
+    if first["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc[-1], _keys_at(model, first["loc"][:-1]), n=1)
+        return f"unknown key {where}" + (f" (did you mean {close[0]}?)" if close else "")
     message = first["msg"].removeprefix("Value error, ").removeprefix(f"{where}: ")
     if not where or message.startswith(f"{where}."):
         return message
@@ -177,7 +210,7 @@ def config_from_dict(data: dict[str, Any]) -> CrawlConfig:
     try:
         return CrawlConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config: {one_line(exc)}") from None
+        raise ConfigError(f"invalid config: {one_line(exc, CrawlConfig)}") from None
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -68,5 +68,6 @@ def crawl_request(data: dict[str, Any]) -> CrawlRequest:
         return CrawlRequest.model_validate(data)
     except ValidationError as exc:
         if exc.errors()[0]["loc"][:1] == ("config",):
-            raise ConfigError(f"invalid config: {one_line(exc, within='config')}") from None
-        raise ConfigError(f"invalid crawl request: {one_line(exc)}") from None
+            problem = one_line(exc, CrawlRequest, within="config")
+            raise ConfigError(f"invalid config: {problem}") from None
+        raise ConfigError(f"invalid crawl request: {one_line(exc, CrawlRequest)}") from None

@@ -53,6 +53,12 @@ def test_bad_config_values_are_named(tmp_path, capsys):
     assert "max_connections" in err or "no_such_setting" in err
 
 
+def test_an_unknown_key_gets_the_closest_known_one(tmp_path, capsys):
+    err = config_error(tmp_path, capsys, '[fetch]\nuser_agnet = "bot"')
+    expected = "invalid config: unknown key fetch.user_agnet (did you mean user_agent?)"
+    assert err == f"crawlflow: error: {expected}"
+
+
 def test_sql_error_is_one_line(tmp_path, capsys):
     from storage.schema import FETCHES
     from storage.writer import ParquetDatasetWriter

@@ -1,6 +1,7 @@
-"""The settings tree (crawler/config.py): a file of the current layout loads, the keys of older
-layouts name their new place, and the defaults are those crawls ran with before the
-rate-control table was split and the limits got one home."""
+"""The settings tree (crawler/config.py): a file of the current layout loads, every key is
+described (the configuration reference is generated from the descriptions), the keys of older
+layouts name their new place, an unknown key gets the closest known one, and the defaults are
+those crawls ran with before the rate-control table was split and the limits got one home."""
 
 from __future__ import annotations
 
@@ -59,6 +60,16 @@ def sections(model: type[BaseModel] = CrawlConfig, path: str = "") -> dict[str, 
     return tables
 
 
+def test_every_key_is_described_and_every_table_says_what_it_is_for():
+    tables = sections()
+    assert {"rate_control.adaptive", "rate_control.pid", "rate_control.rtt"} <= set(tables)
+    for path, model in tables.items():
+        for name, field in model.model_fields.items():
+            assert field.description, f"{path}.{name} has no description"
+        if path:
+            assert f"`[{path}]`" in (model.__doc__ or ""), model.__name__
+
+
 def test_a_moved_key_is_not_a_key_of_its_old_table_and_its_new_place_is():
     tables = sections()
     for (table, key), (section, name) in MOVED_KEYS.items():
@@ -84,6 +95,25 @@ def test_a_moved_key_is_not_a_key_of_its_old_table_and_its_new_place_is():
     ],
 )
 def test_a_key_of_an_older_layout_names_its_new_place(data, message):
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(data)
+    assert str(error.value) == f"invalid config: {message}"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"fetch": {"user_agnet": "x"}}, "unknown key fetch.user_agnet (did you mean user_agent?)"),
+        ({"limit": {}}, "unknown key limit (did you mean limits?)"),
+        ({"limits": {"max_page": 5}}, "unknown key limits.max_page (did you mean max_pages?)"),
+        (
+            {"rate_control": {"mode": "rtt", "rtt": {"max_cp": 5}}},
+            "unknown key rate_control.rtt.max_cp (did you mean max_cap?)",
+        ),
+        ({"scheduling": {"no_such_setting": 1}}, "unknown key scheduling.no_such_setting"),
+    ],
+)
+def test_an_unknown_key_gets_the_closest_known_one(data, message):
     with pytest.raises(ConfigError) as error:
         config_from_dict(data)
     assert str(error.value) == f"invalid config: {message}"
