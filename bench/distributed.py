@@ -86,7 +86,7 @@ WEB = WebSpec(
 UNTHROTTLED = replace(WEB, latency_ms=(0.0, 0.0), static=True)
 # The crawler as fast as the servers allow: politeness delays are not what is measured here.
 BASE = {
-    "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
     "scheduling": {"requests_per_connection": 100},
     "dedup": {"expected_urls": 1_000_000},
 }
@@ -109,7 +109,7 @@ def crawl(sim: WebSim, nodes: int, settings: dict[str, Any], seconds: float) -> 
     planned = [LoneNode(f"node-{i}", hosts[i::nodes], 1.0, 1.0) for i in range(nodes)]
     out = tempfile.mkdtemp(prefix="bench-distributed-")
     crawl_id = f"bench-{time.time_ns()}"
-    fleet = start_fleet(FleetPlan(crawl_id, out, config, planned, hosts, True, None, None), "ray")
+    fleet = start_fleet(FleetPlan(crawl_id, out, config, planned, hosts, True), "ray")
     marks: list[tuple[float, list[NodeStatus], CpuTimes]] = []
 
     def mark(progress: Progress) -> None:

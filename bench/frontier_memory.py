@@ -184,7 +184,8 @@ def peak(seconds: float) -> dict[str, Any]:
     """The node's page rate and CPU per page when nothing but its CPU limits it."""
     spec = WebSpec(hosts=500, pages=30_000, seed=3, latency_ms=(0.0, 0.0), rate_limit_rps=None)
     config = CrawlConfig(
-        scheduling={"policy": "capability"}, rate_control={"mode": "fixed", "fixed_delay_s": 0.0}
+        scheduling={"policy": "capability"},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     )
     with WebSim(spec) as sim, tempfile.TemporaryDirectory() as out:
         hosts = sim.servers

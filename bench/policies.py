@@ -125,7 +125,7 @@ def crawl(
             "policy": policy,
             "quality_file": str(quality_file) if quality_file else None,
         },
-        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     )
     crawl_id = f"{policy}-{'file' if quality_file else 'pagerank'}"
     fleet = start_fleet(single_node(crawl_id, str(out_dir), config, hosts), "inprocess")

@@ -105,14 +105,14 @@ DEGRADING_WEBS = {
 POLITE_RPS = 5.0
 MODES: dict[str, dict[str, Any]] = {
     "adaptive": {"mode": "adaptive"},
-    "fixed": {"mode": "fixed", "fixed_delay_s": 1.0 / POLITE_RPS},
+    "fixed": {"mode": "fixed", "fixed": {"delay_s": 1.0 / POLITE_RPS}},
     "pid": {
         "mode": "pid",
         "target_ppm": 60.0 * POLITE_RPS,
         "initial_delay_s": 1.0 / POLITE_RPS,
-        "window_s": 5.0,
+        "pid": {"window_s": 5.0},
     },
-    "back-to-back": {"mode": "fixed", "fixed_delay_s": 0.0},
+    "back-to-back": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
 }
 # The crawl held at each degrading host's 1.5x rate: back to back under the oracle Crawl-delay.
 HELD = "held-at-1.5x"  # an oracle setting, not a mode a user has

@@ -95,9 +95,10 @@ def crawl_night(
     config = CrawlConfig(
         scheduling={"policy": policy},
         fetch={"sitemaps": sitemaps},
-        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
+        limits={"max_pages": budget},
     )
-    plan = single_node(crawl_id, str(out), config, hosts, max_pages=budget, revisits=revisits)
+    plan = single_node(crawl_id, str(out), config, hosts, revisits=revisits)
     seeds = [sim.hub_url]
     crawl_in_process(
         plan, start_urls(seeds, revisits, budget, policy), start_depths(seeds, revisits), 0.05

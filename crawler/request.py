@@ -23,8 +23,14 @@ from pydantic import (
 from crawler.config import ConfigError, CrawlConfig, one_line
 from storage.manifest import check_crawl_id
 
+# Fields of the request that moved into its settings (issue 28): name -> its place in `config`.
+MOVED_TO_CONFIG = {"max_pages": "limits.max_pages", "max_depth": "limits.max_depth"}
+
 
 class CrawlRequest(BaseModel):
+    """One crawl: where it starts, what is in scope, where it writes, what it revisits, and
+    its settings (the page, depth and time limits among them, in `config.limits`)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seeds: list[str] = Field(min_length=1, description="start URLs; their servers are in scope")
@@ -32,10 +38,6 @@ class CrawlRequest(BaseModel):
         default_factory=list, description="extra servers HOST[:PORT] in scope"
     )
     allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
-    max_pages: int | None = Field(
-        None, ge=1, description="URLs fetched (first tries) before the crawl stops"
-    )
-    max_depth: int | None = Field(None, ge=0, description="links followed from a seed")
     nodes: int | None = Field(
         None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
     )
@@ -71,6 +73,15 @@ class CrawlRequest(BaseModel):
     def _valid_crawl_id(cls, value: str | None) -> str | None:
         return None if value is None else check_crawl_id(value)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_moved_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in MOVED_TO_CONFIG:
+                if name in data:
+                    raise ValueError(f"{name} moved to config.{MOVED_TO_CONFIG[name]}")
+        return data
+
     @model_validator(mode="after")
     def _since_needs_incremental(self) -> CrawlRequest:
         if self.since is not None and not self.incremental:
@@ -84,5 +95,6 @@ def crawl_request(data: dict[str, Any]) -> CrawlRequest:
         return CrawlRequest.model_validate(data)
     except ValidationError as exc:
         if exc.errors()[0]["loc"][:1] == ("config",):
-            raise ConfigError(f"invalid config: {one_line(exc, within='config')}") from None
-        raise ConfigError(f"invalid crawl request: {one_line(exc)}") from None
+            problem = one_line(exc, CrawlRequest, within="config")
+            raise ConfigError(f"invalid config: {problem}") from None
+        raise ConfigError(f"invalid crawl request: {one_line(exc, CrawlRequest)}") from None

@@ -42,9 +42,13 @@ def crawl(
     allow_private: Annotated[
         bool, typer.Option("--allow-private", help="Allow loopback/private/link-local targets.")
     ] = False,
-    max_pages: Annotated[int | None, typer.Option(min=1, help="Stop after this many URLs.")] = None,
+    max_pages: Annotated[
+        int | None,
+        typer.Option(min=1, help="Stop after this many URLs (default: [limits] max_pages)."),
+    ] = None,
     max_depth: Annotated[
-        int | None, typer.Option(min=0, help="Links followed from a seed.")
+        int | None,
+        typer.Option(min=0, help="Links followed from a seed (default: [limits] max_depth)."),
     ] = None,
     nodes: Annotated[
         int | None,
@@ -57,10 +61,11 @@ def crawl(
     ] = None,
     rate_control: Annotated[
         Mode | None,
-        typer.Option(help="Per-server rate controller (default: adaptive, from the config)."),
+        typer.Option(help="Per-server rate controller (default: [rate_control] mode, adaptive)."),
     ] = None,
     target_ppm: Annotated[
-        float | None, typer.Option(min=0.001, help="Target pages/min per server (pid, fixed).")
+        float | None,
+        typer.Option(min=0.001, help="Target pages/min per server (modes pid, fixed)."),
     ] = None,
     policy: Annotated[
         Policy | None,
@@ -75,7 +80,7 @@ def crawl(
         typer.Option(
             min=1,
             help="Stop after this many seconds; what is left resumes with the same --crawl-id"
-            " (default: [limits] time_budget_s of the config, 3600).",
+            " (default: [limits] deadline_s of the config, 3600).",
         ),
     ] = None,
     since: Annotated[
@@ -105,7 +110,7 @@ def crawl(
                 "policy": policy,
                 "quality_file": None if quality_file is None else str(quality_file.resolve()),
             },
-            "limits": {"time_budget_s": deadline},
+            "limits": {"max_pages": max_pages, "max_depth": max_depth, "deadline_s": deadline},
             "rate_control": {"mode": rate_control, "target_ppm": target_ppm},
         },
     )
@@ -114,8 +119,6 @@ def crawl(
             "seeds": seeds,
             "allow": allow or [],
             "allow_private": allow_private,
-            "max_pages": max_pages,
-            "max_depth": max_depth,
             "nodes": nodes,
             "out_dir": str(out),
             "crawl_id": crawl_id,

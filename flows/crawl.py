@@ -39,7 +39,8 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     GET, most likely changed first; `incremental=False` crawls from the seeds alone. Returns
     the crawl summary."""
     crawl_id = request.crawl_id or default_crawl_id()
-    out_dir, max_pages, settings = request.out_dir, request.max_pages, request.config
+    out_dir, settings = request.out_dir, request.config
+    max_pages = settings.limits.max_pages
     scope = scope_crawl(request.seeds, request.allow, request.allow_private)
     # One run per crawl directory, from the manifest through compaction (storage/lock.py).
     with crawl_lock(Path(out_dir) / crawl_id):
@@ -48,7 +49,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         depths = start_depths(scope.seeds, revisits)
         quiet_s = settings.output.resume_quiet_s
         checkpoint = read_checkpoint(out_dir, crawl_id, start, quiet_s, depths)
-        specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings, max_pages)
+        specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings)
         fleet = launch_nodes(
             FleetPlan(
                 crawl_id=crawl_id,
@@ -57,8 +58,6 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
                 nodes=specs,
                 scope_hosts=scope.hosts,
                 allow_private=request.allow_private,
-                max_depth=request.max_depth,
-                max_pages=max_pages,
                 revisits=revisits,
             )
         )

@@ -52,8 +52,6 @@ class FleetPlan:
     nodes: Sequence[PlannedNode]
     scope_hosts: list[str]
     allow_private: bool
-    max_depth: int | None
-    max_pages: int | None
     # a recrawl's knowledge of the URLs (crawler/scheduling/recrawl.py)
     revisits: Revisits | None = None
 
@@ -79,8 +77,8 @@ class FleetPlan:
         return -(-self.expected_urls // self.config.dedup.shards)
 
     def node(self, node_id: str, hosts: list[str]) -> NodeSettings:
-        """A node owning `hosts` at the start. Its page budget: none without --max-pages
-        (unlimited), else what the coordinator grants it."""
+        """A node owning `hosts` at the start. Its page budget: none without
+        `[limits] max_pages` (unlimited), else what the coordinator grants it."""
         return NodeSettings(
             node_id=node_id,
             crawl_id=self.crawl_id,
@@ -89,8 +87,7 @@ class FleetPlan:
             hosts=hosts,
             scope_hosts=self.scope_hosts,
             allow_private=self.allow_private,
-            max_depth=self.max_depth,
-            page_budget=None if self.max_pages is None else 0,
+            page_budget=None if self.config.limits.max_pages is None else 0,
             revisits=self.revisits,
         )
 
@@ -101,8 +98,6 @@ def single_node(
     config: CrawlConfig,
     hosts: list[str],
     allow_private: bool = True,
-    max_depth: int | None = None,
-    max_pages: int | None = None,
     revisits: Revisits | None = None,
 ) -> FleetPlan:
     """The plan of one node owning every server in scope."""
@@ -113,8 +108,6 @@ def single_node(
         [LoneNode("node-0", list(hosts))],
         list(hosts),
         allow_private,
-        max_depth,
-        max_pages,
         revisits,
     )
 
@@ -142,12 +135,12 @@ class Fleet(ABC):
 
     def coordinator(self, recover: Recover | None = None) -> Coordinator:
         """The driver of this fleet: the plan's page budget, and up to `surcharge_max_nodes`
-        nodes added while the crawl is projected past `time_budget_s`."""
+        nodes added while the crawl is projected past its deadline (`[limits] deadline_s`)."""
         config = self.plan.config
         surcharge = None
         if config.plan.surcharge_max_nodes:
             surcharge = Surcharge(
-                budget_s=config.limits.time_budget_s,
+                deadline_s=config.limits.deadline_s,
                 max_nodes=config.plan.surcharge_max_nodes,
                 launch=self.add_node,
                 check_every_s=config.plan.surcharge_check_s,
@@ -155,7 +148,7 @@ class Fleet(ABC):
         return Coordinator(
             list(self.nodes),
             self.plan.owner,
-            self.plan.max_pages,
+            config.limits.max_pages,
             self.exchange,
             recover=recover,
             surcharge=surcharge,

@@ -41,11 +41,12 @@ def machine_memory_gb() -> float:
 
 
 def expected_host_pages(
-    scope: CrawlScope, out_dir: str, crawl_id: str, config: CrawlConfig, max_pages: int | None
+    scope: CrawlScope, out_dir: str, crawl_id: str, config: CrawlConfig
 ) -> tuple[dict[str, int], float]:
     previous = previous_crawl_profile(Path(out_dir), crawl_id)
     known, page_kb = previous if previous else ({}, config.plan.expected_page_kb)
     default = config.plan.expected_pages_per_host
+    max_pages = config.limits.max_pages
     if max_pages is not None:
         default = max(1, min(default, max_pages // len(scope.hosts)))
     return {host: known.get(host, default) for host in scope.hosts}, page_kb
@@ -112,10 +113,9 @@ def allocate_nodes(
     out_dir: str,
     crawl_id: str,
     config: CrawlConfig,
-    max_pages: int | None,
 ) -> list[NodeSpec]:
     logger = get_run_logger()
-    host_pages, page_kb = expected_host_pages(scope, out_dir, crawl_id, config, max_pages)
+    host_pages, page_kb = expected_host_pages(scope, out_dir, crawl_id, config)
     cpus = os.cpu_count() or 1
     node_types = local_node_types(cpus=nodes or cpus, memory_gb=machine_memory_gb())
     decision = scope_crawl(
@@ -123,7 +123,7 @@ def allocate_nodes(
         node_types,
         avg_page_kb=page_kb,
         pages_per_s_per_host=config.plan.expected_pages_per_s_per_host,
-        budget_s=config.limits.time_budget_s,
+        budget_s=config.limits.deadline_s,
     )
     by_type = {node_type.name: node_type for node_type in node_types}
     if nodes is None:

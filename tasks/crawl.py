@@ -1,6 +1,6 @@
 """Crawl step: drives the fleet the launch task started (through runtime/, which holds Ray):
 seeds its nodes and watches them (takeover of dead nodes, surcharge nodes when the crawl falls
-behind its time budget) with crawler.cluster.coordinator until the crawl is done."""
+behind its deadline) with crawler.cluster.coordinator until the crawl is done."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def drive_crawl(
     ).start()
     logger = get_run_logger()
     config = fleet.plan.config
-    crawl_dir, max_pages = fleet.plan.crawl_dir, fleet.plan.max_pages
+    crawl_dir, max_pages = fleet.plan.crawl_dir, config.limits.max_pages
     coordinator = fleet.coordinator(
         recover=OutputRecovery(crawl_dir, seeds, set(checkpoint.admitted), depths)
     )
@@ -69,9 +69,7 @@ def drive_crawl(
     # (crawler/cluster/peerlink.py), the
     # only routing path: the driver only watches, so it need not poll often.
     try:
-        final = coordinator.run(
-            poll_s=0.1, on_progress=report, deadline_s=config.limits.time_budget_s
-        )
+        final = coordinator.run(poll_s=0.1, on_progress=report, deadline_s=config.limits.deadline_s)
     except CrawlFailed as exc:
         raise CrawlFailed(
             f"{exc}. What was committed is kept in {crawl_dir}:"
@@ -81,9 +79,9 @@ def drive_crawl(
     usage = coordinator.report()
     if coordinator.left_at_deadline is not None:
         logger.warning(
-            "deadline (time_budget_s = %.0f) reached with %d URLs left: run again with"
+            "deadline (deadline_s = %.0f) reached with %d URLs left: run again with"
             " --crawl-id %s to go on",
-            config.limits.time_budget_s,
+            config.limits.deadline_s,
             coordinator.left_at_deadline,
             crawl_dir.name,
         )

@@ -66,8 +66,6 @@ def two_nodes(tmp_path):
             [LoneNode("node-0", [host]), LoneNode("node-1", [])],
             [host],
             True,
-            None,
-            None,
         )
         sender, receiver = InProcessFleet(plan).launched
         return sender.node, receiver.node

@@ -53,6 +53,12 @@ def test_bad_config_values_are_named(tmp_path, capsys):
     assert "max_connections" in err or "no_such_setting" in err
 
 
+def test_an_unknown_key_gets_the_closest_known_one(tmp_path, capsys):
+    err = config_error(tmp_path, capsys, '[fetch]\nuser_agnet = "bot"')
+    expected = "invalid config: unknown key fetch.user_agnet (did you mean user_agent?)"
+    assert err == f"crawlflow: error: {expected}"
+
+
 def test_sql_error_is_one_line(tmp_path, capsys):
     from storage.schema import FETCHES
     from storage.writer import ParquetDatasetWriter
@@ -89,10 +95,13 @@ def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, 
     )
     argv = ["crawl", "http://127.0.0.1:9/", "--allow-private", "--config", str(config)]
     argv += ["--rate-control", "pid", "--target-ppm", "30", "--max-pages", "5", "--full"]
+    argv += ["--max-depth", "2", "--deadline", "60"]
     code, _ = run(argv, capsys)
     assert code == 130
     (request,) = requests
-    assert (request.max_pages, request.incremental, request.allow_private) == (5, False, True)
+    assert (request.incremental, request.allow_private) == (False, True)
+    limits = request.config.limits
+    assert (limits.max_pages, limits.max_depth, limits.deadline_s) == (5, 2, 60.0)
     assert (request.config.scheduling.policy, request.config.scheduling.max_connections) == (
         "bfs",
         7,
@@ -131,11 +140,70 @@ def test_a_request_refuses_since_without_incremental():
         ("policy = 'bfs'", "invalid config: policy moved to [scheduling]"),
         ("exchange_batch = 10", "invalid config: exchange_batch moved to [exchange] as batch"),
         ("dedup_shards = 2", "invalid config: dedup_shards moved to [dedup] as shards"),
-        ("time_budget_s = 60", "invalid config: time_budget_s moved to [limits]"),
+        ("time_budget_s = 60", "invalid config: time_budget_s moved to [limits] as deadline_s"),
     ],
 )
 def test_a_key_of_the_flat_layout_names_its_new_place(tmp_path, capsys, line, message):
     assert config_error(tmp_path, capsys, line) == f"crawlflow: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[limits]\ntime_budget_s = 60", "limits.time_budget_s is now limits.deadline_s"),
+        ("[rate_control]\nkp = -0.05", "rate_control.kp moved to [rate_control.pid]"),
+        (
+            '[rate_control]\nmode = "rtt"\nrtt_max_cap = 4',
+            "rate_control.rtt_max_cap moved to [rate_control.rtt] as max_cap",
+        ),
+        (
+            '[rate_control]\nmode = "adaptive"\n[rate_control.pid]\nkp = -0.05',
+            'rate_control.pid is set but rate_control.mode is "adaptive"',
+        ),
+        (
+            "[rate_control]\ntarget_ppm = 30.0",
+            'rate_control.target_ppm is set but rate_control.mode "adaptive" does not read it',
+        ),
+    ],
+)
+def test_a_key_of_an_older_layout_or_of_another_law_is_one_line(tmp_path, capsys, table, message):
+    assert config_error(tmp_path, capsys, table) == f"crawlflow: error: invalid config: {message}"
+
+
+def test_the_limits_of_a_config_file_reach_the_request(tmp_path, capsys, monkeypatch):
+    import crawlflow.boot
+    from crawler.request import CrawlRequest
+
+    requests: list[CrawlRequest] = []
+
+    def capture(request: CrawlRequest) -> dict:
+        requests.append(request)
+        raise KeyboardInterrupt  # stop before the flow: this test is about the request
+
+    monkeypatch.setattr(crawlflow.boot, "run_crawl", capture)
+    config = tmp_path / "crawl.toml"
+    config.write_text(
+        "[limits]\nmax_pages = 9\nmax_depth = 3\ndeadline_s = 90\n"
+        '[rate_control]\nmode = "rtt"\n[rate_control.rtt]\nmax_cap = 6\n'
+    )
+    argv = ["crawl", "http://127.0.0.1:9/", "--allow-private", "--config", str(config)]
+    code, _ = run(argv + ["--max-pages", "4"], capsys)
+    assert code == 130
+    (request,) = requests
+    limits = request.config.limits
+    assert (limits.max_pages, limits.max_depth, limits.deadline_s) == (4, 3, 90.0)
+    assert request.config.rate_control.rtt.max_cap == 6
+
+
+@pytest.mark.parametrize("name", ["max_pages", "max_depth"])
+def test_a_request_with_the_limits_at_its_top_names_their_new_place(name):
+    from crawler.config import ConfigError
+    from crawler.request import crawl_request
+
+    with pytest.raises(ConfigError) as error:
+        crawl_request({"seeds": ["http://example.com/"], name: 5})
+    expected = f"invalid crawl request: {name} moved to config.limits.{name}"
+    assert str(error.value) == expected
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.integration  # a crawl against websim
 
 # About 20 requests a second per server: the whole web takes seconds, the deadline less.
 SLOW = CrawlConfig(
-    output={"write_interval_s": 0.2}, rate_control={"mode": "fixed", "fixed_delay_s": 0.05}
+    output={"write_interval_s": 0.2},
+    rate_control={"mode": "fixed", "fixed": {"delay_s": 0.05}},
 )
 DEADLINE_S = 1.0
 

@@ -90,8 +90,8 @@ def test_nightly_deployment_runs_through_a_worker(prefect_server, tmp_path):
     schema = deployment["parameter_openapi_schema"]
     assert list(schema["properties"]) == ["request"]
     request_form = schema["definitions"]["CrawlRequest"]["properties"]
-    assert {"seeds", "max_pages", "since", "incremental", "config"} <= set(request_form)
-    assert deployment["parameters"]["request"]["max_pages"] == 100000
+    assert {"seeds", "since", "incremental", "config"} <= set(request_form)
+    assert deployment["parameters"]["request"]["config"]["limits"]["max_pages"] == 100000
 
     spec = WebSpec(hosts=3, pages=150, seed=5, rate_limit_rps=None, latency_ms=(1.0, 2.0))
     with WebSim(spec) as sim:

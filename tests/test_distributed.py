@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration  # websim and Ray
 SETTINGS = {
     "exchange": {"heartbeat_s": 0.05},
     "output": {"write_interval_s": 0.2},
-    "rate_control": {"mode": "fixed", "fixed_delay_s": 0.02},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.02}},
 }
 
 
@@ -48,17 +48,16 @@ def in_process_crawl(
     out: Path,
     assignment: list[list[str]],
     kill_after: int | None = None,
-    max_pages: int | None = None,
     settings: dict[str, Any] | None = None,
 ) -> tuple[InProcessFleet, dict[str, Any]]:
     """Crawl from the hub with one node per entry of `assignment` (its servers); with
     `kill_after`, node-1 dies once it has fetched that many URLs. With `[plan] surcharge_max_nodes`
     in `settings`, nodes join (with no servers) once the crawl looks like overrunning
-    `time_budget_s`."""
+    `[limits] deadline_s`."""
     sim.request_log(clear=True)
     config = config_from_dict(with_overrides(SETTINGS, settings or {}))
     nodes = [LoneNode(f"node-{i}", owned) for i, owned in enumerate(assignment)]
-    plan = FleetPlan("c", str(out), config, nodes, sim.servers, True, None, max_pages)
+    plan = FleetPlan("c", str(out), config, nodes, sim.servers, True)
     fleet = InProcessFleet(plan)
     coordinator = fleet.coordinator(recover=OutputRecovery(out / "c", [sim.hub_url]))
     coordinator.seed([sim.hub_url])
@@ -99,9 +98,9 @@ def test_nodes_that_join_with_no_servers_take_work_from_the_busy_one(web, tmp_pa
     assert link["hosts_offered"] >= 2 and link["remote_calls"] > 0
 
 
-def test_a_crawl_behind_its_time_budget_gets_a_surcharge_node_that_takes_work(web, tmp_path):
+def test_a_crawl_behind_its_deadline_gets_a_surcharge_node_that_takes_work(web, tmp_path):
     surcharge = {
-        "limits": {"time_budget_s": 1.0},
+        "limits": {"deadline_s": 1.0},
         "plan": {"surcharge_max_nodes": 1, "surcharge_check_s": 0.5},
     }
     fleet, report = in_process_crawl(web, tmp_path, [web.servers], settings=surcharge)
@@ -158,7 +157,9 @@ def test_a_node_that_dies_mid_crawl_has_its_servers_taken_over(web, tmp_path):
 
 def test_the_page_budget_holds_across_linked_nodes(web, tmp_path):
     hosts = web.servers
-    in_process_crawl(web, tmp_path, [hosts[:1], hosts[1:], []], max_pages=150)
+    in_process_crawl(
+        web, tmp_path, [hosts[:1], hosts[1:], []], settings={"limits": {"max_pages": 150}}
+    )
     (first_tries,) = (
         connect(tmp_path / "c")
         .execute(
@@ -233,7 +234,7 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
     assert_exactly_once(slow_web, crawl_dir)
 
 
-def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
+def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_deadline(
     slow_web, ray_session, prefect_api, tmp_path
 ):
     from crawler.request import CrawlRequest
@@ -252,7 +253,7 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
                 # Long enough that, on a loaded machine too, URLs are queued while the first
                 # projections are made (at 2 s the nodes could still be on robots.txt and the
                 # hub, with nothing queued to project); short enough to stop mid-crawl.
-                "limits": {"time_budget_s": 4.0},
+                "limits": {"deadline_s": 4.0},
                 "plan": {"surcharge_max_nodes": 1, "surcharge_check_s": 1.0},
             },
         )
@@ -264,8 +265,9 @@ def test_the_flow_adds_a_surcharge_node_actor_when_behind_its_time_budget(
     (added,) = [row for row in nodes["nodes"] if row["kind"] == "added"]
     assert not added["lost"]
     assert nodes["added_node_s"] > 0
-    # The time budget is also the deadline: the crawl stopped there, with URLs left, and the
-    # flow run again with the same crawl id (and a longer budget) fetches exactly those.
+    # The deadline the surcharge is planned against also stops the crawl: it stopped there,
+    # with URLs left, and the flow run again with the same crawl id (and a later deadline)
+    # fetches exactly those.
     assert nodes["left_at_deadline"] > 0
     assert summary["left_at_deadline"] > 0
     resumed = crawl(

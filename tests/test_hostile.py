@@ -42,7 +42,7 @@ FAST = CrawlConfig(
     },
     limits={"trap_max_urls_per_pattern": 20},
     output={"write_interval_s": 0.5},
-    rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+    rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     retry={
         "retry_after_max_s": 0.5,
         "max_retries": 1,

@@ -105,5 +105,5 @@ def test_a_manifest_naming_another_directory_is_not_read(tmp_path):
 def test_a_seed_with_credentials_is_refused_without_echoing_them():
     with pytest.raises(ValidationError) as refused:
         CrawlRequest(seeds=["http://example.org/", "http://bob:s3cret@example.org/"])
-    message = one_line(refused.value)  # what the command prints
+    message = one_line(refused.value, CrawlRequest)  # what the command prints
     assert "seed 2 carries credentials" in message and "s3cret" not in message

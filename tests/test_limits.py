@@ -172,7 +172,13 @@ def test_limit_defaults_and_validation():
         3,
     )
     assert (config.limits.max_depth_per_host, config.limits.family_error_budget) == (30, 20)
+    # The crawl as a whole: no page or depth limit, a deadline of an hour.
+    limits = config.limits
+    assert (limits.max_pages, limits.max_depth, limits.deadline_s) == (None, None, 3600.0)
     for section, key, value in (
+        ("limits", "max_pages", 0),
+        ("limits", "max_depth", -1),
+        ("limits", "deadline_s", 0),
         ("limits", "max_url_length", MAX_URL_LENGTH + 1),  # canonicalization drops longer URLs
         ("fetch", "fetch_timeout_s", 0),
         ("fetch", "max_redirects", -1),

@@ -30,7 +30,6 @@ def make_core(page_budget: int | None) -> NodeCore:
         hosts=[HOST],
         scope_hosts=[HOST],
         allow_private=True,
-        max_depth=None,
         page_budget=page_budget,
         revisits=None,
     )

@@ -54,7 +54,7 @@ def test_registry_has_a_law_for_every_mode() -> None:
         ({"mode": "pid", "target_ppm": 40}, PIDDelayController),
         ({"mode": "rtt"}, RTTConcurrencyController),
         ({"mode": "fixed", "target_ppm": 30}, FixedDelayController),
-        ({"mode": "fixed", "fixed_delay_s": 0.5}, FixedDelayController),
+        ({"mode": "fixed", "fixed": {"delay_s": 0.5}}, FixedDelayController),
     ],
 )
 def test_factory_builds_each_mode(data: dict, cls: type) -> None:
@@ -69,21 +69,51 @@ def test_factory_builds_each_mode(data: dict, cls: type) -> None:
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        ({"mod": "pid"}, "rate_control.mod: Extra inputs are not permitted"),
+        ({"mod": "pid"}, "unknown key rate_control.mod (did you mean mode?)"),
         ({"mode": "fast"}, "rate_control.mode: Input should be 'adaptive', 'pid', 'rtt' or"),
-        ({"mode": "pid"}, "rate_control: mode 'pid' needs target_ppm"),
-        ({"mode": "fixed"}, "rate_control: mode 'fixed' needs fixed_delay_s or target_ppm"),
-        ({"kp": 0.05}, "rate_control.kp: Input should be less than 0"),
-        ({"kp": "-0.05"}, "rate_control.kp: Input should be a valid number"),
-        ({"rtt_increase": True}, "rate_control.rtt_increase: Input should be a valid integer"),
-        ({"base_samples": 2.5}, "rate_control.base_samples: Input should be a valid integer"),
-        ({"rtt_max_cap": None}, "rate_control.rtt_max_cap: Input should be a valid integer"),
+        ({"mode": "pid"}, 'rate_control.mode "pid" needs rate_control.target_ppm'),
+        (
+            {"mode": "fixed"},
+            'rate_control.mode "fixed" needs rate_control.fixed.delay_s or rate_control.target_ppm',
+        ),
+        (
+            {"mode": "pid", "target_ppm": 40, "pid": {"kp": 0.05}},
+            "rate_control.pid.kp: Input should be less than 0",
+        ),
+        (
+            {"mode": "pid", "target_ppm": 40, "pid": {"kp": "-0.05"}},
+            "rate_control.pid.kp: Input should be a valid number",
+        ),
+        (
+            {"mode": "rtt", "rtt": {"increase": True}},
+            "rate_control.rtt.increase: Input should be a valid integer",
+        ),
+        (
+            {"adaptive": {"base_samples": 2.5}},
+            "rate_control.adaptive.base_samples: Input should be a valid integer",
+        ),
+        (
+            {"mode": "rtt", "rtt": {"max_cap": None}},
+            "rate_control.rtt.max_cap: Input should be a valid integer",
+        ),
         ({"target_ppm": -1}, "rate_control.target_ppm: Input should be greater than 0"),
         ({"min_delay_s": 5, "max_delay_s": 1}, "min_delay_s <= max_delay_s"),
-        ({"window_s": float("nan")}, "rate_control.window_s: Input should be a finite number"),
-        ({"smoothing": 0}, "rate_control.smoothing: Input should be greater than 0"),
-        ({"rtt_min_cap": 5, "rtt_initial_cap": 4}, "rtt_min_cap <= rtt_initial_cap"),
-        ({"ban_backoff": 1.0}, "rate_control.ban_backoff: Input should be less than 1"),
+        (
+            {"mode": "pid", "target_ppm": 40, "pid": {"window_s": float("nan")}},
+            "rate_control.pid.window_s: Input should be a finite number",
+        ),
+        (
+            {"mode": "pid", "target_ppm": 40, "pid": {"smoothing": 0}},
+            "rate_control.pid.smoothing: Input should be greater than 0",
+        ),
+        (
+            {"mode": "rtt", "rtt": {"min_cap": 5, "initial_cap": 4}},
+            "rate_control.rtt: need min_cap <= initial_cap <= max_cap",
+        ),
+        (
+            {"adaptive": {"ban_backoff": 1.0}},
+            "rate_control.adaptive.ban_backoff: Input should be less than 1",
+        ),
     ],
 )
 def test_config_rejects_bad_input_with_one_line(data: dict, fragment: str) -> None:
@@ -103,21 +133,173 @@ def test_retry_keys_under_rate_control_name_their_new_place(key: str) -> None:
     assert config_from_dict({"retry": {key: 1}}).retry == RetrySettings.model_validate({key: 1})
 
 
+# Every key of a law at the top of [rate_control] (before each law had its sub-table) and its
+# place now.
+FLAT_RATE_CONTROL_KEYS = {
+    "window_s": ("pid", "window_s"),
+    "kp": ("pid", "kp"),
+    "ki": ("pid", "ki"),
+    "kd": ("pid", "kd"),
+    "smoothing": ("pid", "smoothing"),
+    "pid_reference_ppm": ("pid", "reference_ppm"),
+    "rtt_min_s": ("rtt", "rtt_min_s"),
+    "rtt_max_s": ("rtt", "rtt_max_s"),
+    "rtt_increase": ("rtt", "increase"),
+    "rtt_decrease": ("rtt", "decrease"),
+    "rtt_initial_cap": ("rtt", "initial_cap"),
+    "rtt_min_cap": ("rtt", "min_cap"),
+    "rtt_max_cap": ("rtt", "max_cap"),
+    "slow_start_doubling_s": ("adaptive", "slow_start_doubling_s"),
+    "ban_target_share": ("adaptive", "ban_target_share"),
+    "served_target_share": ("adaptive", "served_target_share"),
+    "ban_backoff": ("adaptive", "ban_backoff"),
+    "approach_gain": ("adaptive", "approach_gain"),
+    "probe_every": ("adaptive", "probe_every"),
+    "probe_step": ("adaptive", "probe_step"),
+    "rtt_target": ("adaptive", "rtt_target"),
+    "rtt_confidence": ("adaptive", "rtt_confidence"),
+    "rtt_noise_s": ("adaptive", "rtt_noise_s"),
+    "rtt_gain": ("adaptive", "rtt_gain"),
+    "unproven_delay_factor": ("adaptive", "unproven_delay_factor"),
+    "base_samples": ("adaptive", "base_samples"),
+    "fixed_delay_s": ("fixed", "delay_s"),
+}
+
+
+@pytest.mark.parametrize(("key", "place"), FLAT_RATE_CONTROL_KEYS.items())
+def test_a_law_key_of_the_flat_rate_control_table_names_its_sub_table(
+    key: str, place: tuple[str, str]
+) -> None:
+    law, name = place
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"rate_control": {"mode": law, key: 1}})
+    renamed = f" as {name}" if name != key else ""
+    assert str(
+        info.value
+    ) == f"invalid config: rate_control.{key} moved to [rate_control.{law}]" + (renamed)
+    assert name in type(getattr(RateControlSettings(), law)).model_fields
+
+
+def test_every_setting_of_the_old_flat_table_has_a_place() -> None:
+    # The flat table's keys are the shared ones now at the top, and those moved to a sub-table.
+    shared = {"mode", "target_ppm", "initial_delay_s", "min_delay_s", "max_delay_s"}
+    shared |= {"rtt_alpha", "rtt_interval_s"}
+    laws = set(MODES)
+    assert set(RateControlSettings.model_fields) == shared | laws
+    moved = {law: set() for law in MODES}
+    for law, name in FLAT_RATE_CONTROL_KEYS.values():
+        moved[law].add(name)
+    assert moved == {
+        law: set(type(getattr(RateControlSettings(), law)).model_fields) for law in laws
+    }
+
+
+# A knob of each law, set to other than its default.
+A_KNOB = {
+    "adaptive": {"probe_every": 100},
+    "pid": {"kp": -0.05},
+    "rtt": {"max_cap": 6},
+    "fixed": {"delay_s": 0.5},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("law", MODES)
+def test_only_the_sub_table_of_the_chosen_law_may_be_set(mode: str, law: str) -> None:
+    data = {"mode": mode, "target_ppm": 40} if mode in ("pid", "fixed") else {"mode": mode}
+    data[law] = A_KNOB[law]
+    if law == mode:
+        assert config_from_dict({"rate_control": data}).rate_control.mode == mode
+        return
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"rate_control": data})
+    assert str(info.value) == (
+        f'invalid config: rate_control.{law} is set but rate_control.mode is "{mode}"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"mode": "adaptive", "target_ppm": 40}, "target_ppm"),
+        ({"mode": "rtt", "target_ppm": 40}, "target_ppm"),
+        ({"mode": "fixed", "target_ppm": 40, "initial_delay_s": 2.0}, "initial_delay_s"),
+        ({"mode": "fixed", "target_ppm": 40, "max_delay_s": 2.0}, "max_delay_s"),
+    ],
+)
+def test_a_shared_key_the_chosen_law_does_not_read_is_an_error(data: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"rate_control": data})
+    mode = data["mode"]
+    assert str(info.value) == (
+        f'invalid config: rate_control.{key} is set but rate_control.mode "{mode}" does not read it'
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"mode": "pid", "target_ppm": 40, "pid": A_KNOB["pid"]},
+        {"mode": "rtt", "rtt": A_KNOB["rtt"]},
+        {"mode": "fixed", "fixed": A_KNOB["fixed"]},
+    ],
+)
+def test_settings_dumped_whole_load_again(data: dict) -> None:
+    # What the Prefect UI's form sends holds every key, the other laws' tables at their
+    # defaults: those are not set.
+    settings = RateControlSettings.model_validate(data)
+    assert RateControlSettings.model_validate(settings.model_dump()) == settings
+    config = config_from_dict({"rate_control": data})
+    assert config_from_dict(config.model_dump()) == config
+
+
+def test_each_law_reads_its_sub_table() -> None:
+    pid = make_host_controller(
+        RateControlSettings(mode="pid", target_ppm=40, pid={"kp": -0.09, "window_s": 30}),
+        RETRY,
+        0.0,
+    )
+    assert pid.kp == pytest.approx(-0.09 * 0.5)
+    rtt = make_host_controller(
+        RateControlSettings(mode="rtt", rtt={"initial_cap": 3, "max_cap": 5}), RETRY, 0.0
+    )
+    assert (rtt.cap, rtt.limit.max_cap) == (3, 5)
+    adaptive = make_host_controller(
+        RateControlSettings(adaptive={"unproven_delay_factor": 4.0}), RETRY, 0.0
+    )
+    adaptive.on_request_start(0.0)
+    adaptive.on_response(0.1, 0.1, 200, None)
+    assert adaptive.current_delay() == pytest.approx(0.1 * (1 + 4.0))
+    fixed = make_host_controller(
+        RateControlSettings(mode="fixed", fixed={"delay_s": 0.3}), RETRY, 0
+    )
+    assert fixed.current_delay() == 0.3
+
+
 def test_config_file_sections_and_command_line_overrides(tmp_path: Path) -> None:
     path = tmp_path / "crawl.toml"
     path.write_text(
-        '[rate_control]\nmode = "fixed"\nfixed_delay_s = 0.5\n[retry]\nmax_retries = 1\n'
+        '[rate_control]\nmode = "pid"\ntarget_ppm = 30.0\n[rate_control.pid]\nwindow_s = 5.0\n'
+        "[retry]\nmax_retries = 1\n"
     )
     config = config_from_dict(read_config_file(path))
-    assert (config.rate_control.mode, config.rate_control.fixed_delay_s) == ("fixed", 0.5)
+    assert (config.rate_control.mode, config.rate_control.pid.window_s) == ("pid", 5.0)
     assert config.retry.max_retries == 1
-    # --rate-control pid --target-ppm 40 over the file's section; the rest of it stays.
-    options = {"rate_control": {"mode": "pid", "target_ppm": 40.0}}
+    # --target-ppm 40 over the file's section; the rest of it stays.
+    options = {"rate_control": {"target_ppm": 40.0}}
     overridden = config_from_dict(with_overrides(read_config_file(path), options))
     assert (overridden.rate_control.mode, overridden.rate_control.target_ppm) == ("pid", 40.0)
-    assert overridden.rate_control.fixed_delay_s == 0.5
+    assert overridden.rate_control.pid.window_s == 5.0
     assert overridden.retry.max_retries == 1
     assert isinstance(make_host_controller(overridden.rate_control, RETRY, 0.0), PIDDelayController)
+    # --rate-control fixed over a file tuned for pid: the pid table would be ignored, so it is
+    # an error.
+    options = {"rate_control": {"mode": "fixed"}}
+    with pytest.raises(
+        ConfigError, match='rate_control.pid is set but rate_control.mode is "fixed"'
+    ):
+        config_from_dict(with_overrides(read_config_file(path), options))
 
 
 def test_a_retry_key_in_the_rate_control_table_is_one_line_on_the_command_line(
@@ -135,14 +317,16 @@ def test_a_retry_key_in_the_rate_control_table_is_one_line_on_the_command_line(
 
 
 def test_config_accepts_ints_for_floats() -> None:
-    config = RateControlSettings.model_validate({"mode": "pid", "target_ppm": 40, "window_s": 5})
-    assert config.window_s == 5
+    config = RateControlSettings.model_validate(
+        {"mode": "pid", "target_ppm": 40, "pid": {"window_s": 5}}
+    )
+    assert config.pid.window_s == 5
 
 
 def test_fixed_delay_from_target_or_explicit() -> None:
     from_target = make_host_controller(RateControlSettings(mode="fixed", target_ppm=30), RETRY, 0.0)
     explicit = make_host_controller(
-        RateControlSettings(mode="fixed", target_ppm=30, fixed_delay_s=0.25), RETRY, 0.0
+        RateControlSettings(mode="fixed", target_ppm=30, fixed={"delay_s": 0.25}), RETRY, 0.0
     )
     assert from_target.trace(0.0)["delay_s"] == 2.0
     assert explicit.trace(0.0)["delay_s"] == 0.25
@@ -154,7 +338,7 @@ ALL_MODES = [
     {"mode": "adaptive"},
     {"mode": "pid", "target_ppm": 6000},
     {"mode": "rtt"},
-    {"mode": "fixed", "fixed_delay_s": 0.01},
+    {"mode": "fixed", "fixed": {"delay_s": 0.01}},
 ]
 
 
@@ -234,10 +418,17 @@ def test_trace_counts_since_previous_call(data: dict) -> None:
 # ---- PID (SPEC section 1) --------------------------------------------------------------------
 
 
-def p_only(**overrides: float) -> RateControlSettings:
-    values = {"mode": "pid", "target_ppm": 40.0, "initial_delay_s": 1.0, "kp": -0.05}
-    values.update({"ki": 0.0, "kd": 0.0, **overrides})
-    return RateControlSettings.model_validate(values)
+def p_only(
+    initial_delay_s: float = 1.0, max_delay_s: float = 60.0, **gains: float
+) -> RateControlSettings:
+    """A P-only controller at 40 pages/min; `gains`: keys of [rate_control.pid]."""
+    return RateControlSettings(
+        mode="pid",
+        target_ppm=40.0,
+        initial_delay_s=initial_delay_s,
+        max_delay_s=max_delay_s,
+        pid={"kp": -0.05, "ki": 0.0, "kd": 0.0, **gains},
+    )
 
 
 def test_pid_worked_example_exactly() -> None:
@@ -369,7 +560,9 @@ def simulate_pid(window_s: float, minutes: int, seed: int) -> tuple[list[float],
     """One host, one connection: each request starts when the controller allows and the
     previous answer is in; fetch times are lognormal around 0.5 s. Returns pages per minute
     for each wall-clock minute, and the final delay."""
-    config = RateControlSettings(mode="pid", target_ppm=40, initial_delay_s=3.8, window_s=window_s)
+    config = RateControlSettings(
+        mode="pid", target_ppm=40, initial_delay_s=3.8, pid={"window_s": window_s}
+    )
     pid = PIDDelayController(config, RETRY, 0.0)
     rng = random.Random(seed)
     per_minute = [0] * minutes
@@ -414,7 +607,9 @@ def test_pid_gains_are_scheduled_by_target(target: float) -> None:
 
 
 def test_pid_gains_as_given_without_reference() -> None:
-    config = RateControlSettings(mode="pid", target_ppm=300, pid_reference_ppm=None, window_s=60)
+    config = RateControlSettings(
+        mode="pid", target_ppm=300, pid={"reference_ppm": None, "window_s": 60}
+    )
     assert PIDDelayController(config, RETRY, 0).kp == -0.045
 
 
@@ -422,18 +617,11 @@ def test_pid_gains_as_given_without_reference() -> None:
 
 
 def rtt_config(**overrides: float) -> RateControlSettings:
-    values = {
-        "mode": "rtt",
-        "rtt_alpha": 0.5,
-        "rtt_interval_s": 10.0,
-        "rtt_min_s": 0.001,
-        "rtt_max_s": 5.0,
-        "rtt_initial_cap": 10,
-        "rtt_min_cap": 2,
-        "rtt_max_cap": 12,
-    }
-    values.update(overrides)
-    return RateControlSettings.model_validate(values)
+    """Mode rtt; `overrides`: keys of [rate_control.rtt]."""
+    law = {"rtt_min_s": 0.001, "rtt_max_s": 5.0, "initial_cap": 10, "min_cap": 2, "max_cap": 12}
+    return RateControlSettings(
+        mode="rtt", rtt_alpha=0.5, rtt_interval_s=10.0, rtt={**law, **overrides}
+    )
 
 
 def test_rtt_band_rolls_over_per_interval() -> None:
@@ -495,7 +683,7 @@ def test_rtt_bans_lower_the_cap_and_do_not_feed_the_estimate() -> None:
 
 
 def test_rtt_per_host_delay_is_a_duty_cycle() -> None:
-    controller = RTTConcurrencyController(rtt_config(rtt_initial_cap=6), RETRY, 0.0)
+    controller = RTTConcurrencyController(rtt_config(initial_cap=6), RETRY, 0.0)
     assert controller.delay_s == 1.0  # initial_delay_s until an RTT is known
     controller.on_request_start(0.0)
     controller.on_response(0.1, 0.1, 200, None)

@@ -455,7 +455,7 @@ def test_adaptive_keeps_learning_the_unloaded_rtt() -> None:
         controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
         run_degrading(controller, model, seed=seed)
         assert controller.queueing.unloaded_s == pytest.approx(model.unloaded_rtt_s, rel=0.05)
-        assert controller.setpoint() >= 0.99 * controller.settings.rtt_target, seed
+        assert controller.setpoint() >= 0.99 * controller.settings.adaptive.rtt_target, seed
 
 
 def test_adaptive_setpoint_stays_above_one_on_wild_early_rtts() -> None:
@@ -480,7 +480,7 @@ def test_back_to_back_overloads_a_degrading_server(capacity: float) -> None:
     # that never says no) settle near rate = 1/RTT(rate), about twice the unloaded RTT.
     model = QueueingModel(0.002, capacity)
     controller = FixedDelayController(
-        RateControlSettings(mode="fixed", fixed_delay_s=0.0), RETRY, 0.0
+        RateControlSettings(mode="fixed", fixed={"delay_s": 0.0}), RETRY, 0.0
     )
     rtts, _ = run_degrading(controller, model, pages=300)
     assert statistics.median(rtts) >= 1.7 * model.unloaded_rtt_s
@@ -552,6 +552,7 @@ def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_changed(
 
 def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:
     config = RateControlSettings()
+    factor = config.adaptive.unproven_delay_factor
     controller = AdaptiveRateController(config, RETRY, 0.0)
     now, rtt = 0.0, 0.1
     seen_fast = False
@@ -561,7 +562,7 @@ def test_adaptive_ceiling_holds_until_the_host_shows_it_is_fast() -> None:
         now = start + rtt
         # Before the proof: never faster than one request per (1 + 2) RTTs.
         if not controller.proven_fast:
-            assert controller.current_delay() >= (1 + config.unproven_delay_factor) * rtt - 1e-9
+            assert controller.current_delay() >= (1 + factor) * rtt - 1e-9
         controller.on_response(now, rtt, 200, None)
         seen_fast = seen_fast or controller.proven_fast
     assert seen_fast

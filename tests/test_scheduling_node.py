@@ -37,7 +37,7 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
     hosts = web.servers
     config = CrawlConfig(
         scheduling={"policy": policy, "max_connections": 4},
-        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     )
     fleet = crawl_in_process(single_node(policy, str(tmp_path), config, hosts), [web.hub_url])
 
@@ -97,13 +97,10 @@ def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bo
     settings = {
         "rtt": {
             "mode": "rtt",
-            "rtt_min_s": 0.0,
-            "rtt_max_s": 0.001,
-            "rtt_min_cap": 2,
-            "rtt_initial_cap": 2,
             "rtt_interval_s": 1000.0,  # no band yet: only the absolute thresholds act
+            "rtt": {"rtt_min_s": 0.0, "rtt_max_s": 0.001, "min_cap": 2, "initial_cap": 2},
         },
-        "fixed": {"mode": "fixed", "fixed_delay_s": 0.0},
+        "fixed": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
     }[mode]
     with WebSim(spec) as sim:
         hosts = sim.servers

@@ -18,7 +18,10 @@ from websim import WebSim, WebSpec
 
 pytestmark = pytest.mark.integration  # websim
 
-CONFIG = {"fetch": {"sitemaps": True}, "rate_control": {"mode": "fixed", "fixed_delay_s": 0.0}}
+CONFIG = {
+    "fetch": {"sitemaps": True},
+    "rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.0}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +43,11 @@ def web():
 
 def night(sim: WebSim, out: Path, crawl_id: str, seeds: list[str], **options) -> None:
     hosts = sim.servers
-    budget = options.pop("max_pages", None)
+    budget = options.get("max_pages")
     manifest = start_manifest(out, crawl_id, hosts, None, incremental=True)
     revisits = load_revisits(out, manifest, hosts)
-    config = CrawlConfig(**CONFIG)
-    plan = single_node(
-        crawl_id, str(out), config, hosts, True, options.get("max_depth"), budget, revisits
-    )
+    config = CrawlConfig(**CONFIG, limits=options)
+    plan = single_node(crawl_id, str(out), config, hosts, True, revisits)
     crawl_in_process(plan, start_urls(seeds, revisits, budget), start_depths(seeds, revisits))
 
 

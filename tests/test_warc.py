@@ -30,7 +30,7 @@ def crawled(tmp_path_factory):
         config = CrawlConfig(
             scheduling={"max_connections": 3},
             output={"write_batch_rows": 15},
-            rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+            rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
         )
         crawl_in_process(single_node("c1", str(out), config, hosts), [sim.hub_url])
         yield out / "c1", sim
@@ -150,7 +150,7 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
     config = CrawlConfig(
         scheduling={"max_connections": 3},
         output={"write_batch_rows": 15},
-        rate_control={"mode": "fixed", "fixed_delay_s": 0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0}},
     )
     crawl_in_process(single_node("c1", str(tmp_path), config, hosts), [sim.hub_url])
     for name, data in kept.items():  # not one WARC file of the first run overwritten

@@ -1,5 +1,5 @@
 """The crawl coordinator: seeds the nodes, shares out the page budget, watches the nodes (a
-node that dies has its servers taken over, a crawl that falls behind its time budget gets
+node that dies has its servers taken over, a crawl that falls behind its deadline gets
 surcharge nodes) and decides when the crawl is over.
 
 Nodes send each other URLs and servers themselves, through the shared state
@@ -76,11 +76,11 @@ Recover = Callable[[str, list[str]], Recovered]
 
 @dataclass
 class Surcharge:
-    """Adds nodes while the crawl is projected to overrun its time budget (SPEC §5's
+    """Adds nodes while the crawl is projected to overrun its deadline (SPEC §5's
     surcharge capacity): `launch()` starts one more node, which then takes servers from the
     busier ones through the water level. At most `max_nodes`, one per `check_every_s`."""
 
-    budget_s: float
+    deadline_s: float
     max_nodes: int
     launch: Callable[[], NodeHandle]
     check_every_s: float = 10.0
@@ -354,7 +354,7 @@ class Coordinator:
 
     def _consider_surcharge(self, progress: Progress, snapshot: ExchangeSnapshot) -> None:
         """Add a node when the URLs known but not done, at the rate of the last
-        `check_every_s`, would take the crawl past its time budget."""
+        `check_every_s`, would take the crawl past its deadline."""
         plan = self.surcharge
         if plan is None:
             return
@@ -371,7 +371,7 @@ class Coordinator:
         remaining = progress.queued + snapshot.inbox_urls + snapshot.pool_urls
         rate = (done1 - done0) / (t1 - t0)
         projected = progress.elapsed_s + (remaining / rate if rate > 0 else float("inf"))
-        if remaining and projected > plan.budget_s:
+        if remaining and projected > plan.deadline_s:
             self._add_node()
 
     def report(self) -> dict[str, Any]:
@@ -400,8 +400,8 @@ class Coordinator:
             "nodes_lost": sum(1 for r in rows if r["lost"]),
             "planned_node_s": round(seconds["planned"], 3),
             "added_node_s": round(seconds["added"], 3),
-            # What the plan reserved: its nodes for the whole time budget.
-            "budgeted_node_s": planned * self.surcharge.budget_s if self.surcharge else None,
+            # What the plan reserved: its nodes until the deadline.
+            "budgeted_node_s": planned * self.surcharge.deadline_s if self.surcharge else None,
             "left_at_deadline": self.left_at_deadline,
             "nodes": rows,
         }

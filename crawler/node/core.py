@@ -41,7 +41,7 @@ class NodeCore:
         self.crawl_id = settings.crawl_id
         self.config = config = settings.config
         self.scope = Scope(set(settings.scope_hosts))
-        self.max_depth = settings.max_depth
+        self.max_depth = config.limits.max_depth
         self.lock = threading.Condition()
         self.frontier = Frontier(config.scheduling)
         self.limits = UrlLimits(config.limits)

@@ -18,8 +18,7 @@ class NodeSettings:
     hosts: list[str]  # the servers it owns at the start
     scope_hosts: list[str]  # every server in scope (links elsewhere are dropped)
     allow_private: bool  # fetch private and loopback addresses (tests, websim)
-    max_depth: int | None
-    # None for no --max-pages, else what the driver grants (it starts at 0).
+    # None for no [limits] max_pages, else what the driver grants (it starts at 0).
     page_budget: int | None
     # In a recrawl, what the earlier nights know of each URL (crawler/scheduling/recrawl.py): the
     # validators of its conditional GET, and its revisit priority, which ranks it in the

@@ -6,7 +6,8 @@ the earliest start of the next. Every controller implements `HostRateController`
 (`protocol`); the node loop asks `earliest_next()`, calls `on_request_start(now)` when it
 sends and `on_response(...)` with every result, and calls `trace(now)` to log metrics.
 
-One module per control law, chosen by `RateControlSettings.mode` through `registry`:
+One module per control law, chosen by `RateControlSettings.mode` through `registry`; each law
+has its own settings sub-table (`[rate_control.<mode>]`, `settings`):
 
 - `adaptive` (default): congestion control per server, needs no limit.
 - `pid`: SPEC section 1, holds a user-given pages/min target.
@@ -30,20 +31,34 @@ from crawler.ratecontrol.protocol import TRACE_FIELDS, HostRateController
 from crawler.ratecontrol.queueing import QueueingDelay
 from crawler.ratecontrol.registry import CONTROLLERS, make_host_controller
 from crawler.ratecontrol.rtt import RTTConcurrencyController
-from crawler.ratecontrol.settings import MODES, Mode, RateControlSettings
+from crawler.ratecontrol.settings import (
+    LAW_SETTINGS,
+    MODES,
+    AdaptiveSettings,
+    FixedSettings,
+    Mode,
+    PIDSettings,
+    RateControlSettings,
+    RTTSettings,
+)
 
 __all__ = [
     "CONTROLLERS",
+    "LAW_SETTINGS",
     "MODES",
     "TRACE_FIELDS",
     "AdaptiveRateController",
+    "AdaptiveSettings",
     "FixedDelayController",
+    "FixedSettings",
     "HostRateController",
     "Mode",
     "PIDDelayController",
+    "PIDSettings",
     "QueueingDelay",
     "RTTBand",
     "RTTConcurrencyController",
+    "RTTSettings",
     "RateControlSettings",
     "make_host_controller",
     "make_in_flight_limit",

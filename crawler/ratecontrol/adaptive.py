@@ -149,8 +149,8 @@ class AdaptiveRateController(PacedController):
         self.rate = 1.0 / settings.initial_delay_s
         self.target: float | None = None  # requests/s to settle at after a ban; None before
         self.queueing = QueueingDelay(
-            UNLOADED_DUTY_MARGIN / (1.0 + settings.unproven_delay_factor),
-            settings.base_samples,
+            UNLOADED_DUTY_MARGIN / (1.0 + settings.adaptive.unproven_delay_factor),
+            settings.adaptive.base_samples,
             UNLOADED_HISTORY,
             RECENT_SAMPLES,
         )
@@ -184,7 +184,7 @@ class AdaptiveRateController(PacedController):
         self._last_gaps: deque[float] = deque(maxlen=2)
         self._duty_at_start = 0.0
         self._clean_streak = 0
-        self._probe = settings.probe_step
+        self._probe = settings.adaptive.probe_step
 
     @property
     def delay_s(self) -> float:
@@ -195,7 +195,7 @@ class AdaptiveRateController(PacedController):
         srtt = self.rtt.srtt
         if srtt is None or self.proven_fast:
             return 0.0
-        return srtt * (1.0 + self.settings.unproven_delay_factor)
+        return srtt * (1.0 + self.settings.adaptive.unproven_delay_factor)
 
     def _max_rate(self) -> float:
         fastest = max(
@@ -253,7 +253,7 @@ class AdaptiveRateController(PacedController):
         unloaded, current = self.queueing.unloaded_s, self.queueing.current_s
         if not self.queueing.known or unloaded is None or current is None:
             return None
-        if current - unloaded < self.settings.rtt_noise_s:
+        if current - unloaded < self.settings.adaptive.rtt_noise_s:
             return 1.0
         return current / unloaded
 
@@ -261,7 +261,7 @@ class AdaptiveRateController(PacedController):
         """The inflation R/U steered to: `rtt_target` less `rtt_confidence` standard errors of
         U (in logs), so a server whose U rests on few samples settles lower and rises as U
         firms up."""
-        cfg = self.settings
+        cfg = self.settings.adaptive
         margin = math.exp(-cfg.rtt_confidence * self.queueing.unloaded_error)
         # U's error is wild on a few samples or on a server whose pages differ widely in cost
         # (cached and generated): the margin takes at most half the headroom, so the setpoint
@@ -309,7 +309,7 @@ class AdaptiveRateController(PacedController):
         """The rate to settle at after a ban, and whether it was measured (see the class
         notes). `overshot`: False for a first ban that came as the delay side's gentle growth
         crept over the limit; the rate had held just below banned_at, as in a probe."""
-        cfg = self.settings
+        cfg = self.settings.adaptive
         banned_at = self._rate_at_start
         # The ban ends a probe, or gentle growth: the rate had held just below banned_at.
         held = self._held or (self.target is None and not overshot)
@@ -345,7 +345,7 @@ class AdaptiveRateController(PacedController):
         self._idle_since_ban = 0.0
 
     def _on_outcome(self, now: float, outcome: ResponseKind) -> None:
-        cfg = self.settings
+        cfg = self.settings.adaptive
         if outcome is ResponseKind.BAN and self._at_ceiling_start:
             self._restart_after_ceiling_ban(now)
             return
@@ -432,7 +432,7 @@ class AdaptiveRateController(PacedController):
             return False
         base = max(unloaded, self._ceiling_rtt or 0.0)
         halfway = (self.setpoint() - 1.0) / 2.0 * unloaded
-        return current - base >= max(self.settings.rtt_noise_s, halfway)
+        return current - base >= max(self.settings.adaptive.rtt_noise_s, halfway)
 
     def _check_flat(self) -> None:
         """Once the rate has stayed at FLAT_RATE_FACTOR times the ceiling's or more for

@@ -9,13 +9,13 @@ from crawler.ratecontrol.settings import RateControlSettings
 
 
 class FixedDelayController(PacedController):
-    """`fixed_delay_s` from one start to the next, else 60 / `target_ppm`."""
+    """`[rate_control.fixed] delay_s` from one start to the next, else 60 / `target_ppm`."""
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
         # RateControlSettings guarantees one of the two in mode "fixed".
-        if settings.fixed_delay_s is not None:
-            self._delay = settings.fixed_delay_s
+        if settings.fixed.delay_s is not None:
+            self._delay = settings.fixed.delay_s
         else:
             self._delay = 60.0 / settings.target_ppm
 

@@ -9,13 +9,13 @@ from crawler.ratecontrol.settings import RateControlSettings
 
 class InFlightLimit:
     """The requests in flight at once, over all of the node's connections, never exceed a
-    `ConcurrencyCap` fed with every response of the node, between rtt_min_cap and the node's
-    connection count. The node's workers wait for a free slot before sending."""
+    `ConcurrencyCap` fed with every response of the node, between `[rate_control.rtt] min_cap`
+    and the node's connection count. The node's workers wait for a free slot before sending."""
 
     def __init__(self, settings: RateControlSettings, max_connections: int, now: float) -> None:
-        initial = min(settings.rtt_initial_cap, max_connections)
+        initial = min(settings.rtt.initial_cap, max_connections)
         self.law = ConcurrencyCap(
-            settings, now, initial, min(settings.rtt_min_cap, initial), max_connections
+            settings, now, initial, min(settings.rtt.min_cap, initial), max_connections
         )
         self.in_flight = 0
 

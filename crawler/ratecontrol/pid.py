@@ -45,7 +45,7 @@ class PIDDelayController(PacedController):
     delay moves n by dn/dt = -s**2/60: the loop gain grows with the square of the target, and
     gains that settle at the documents' 40 pages/min oscillate without bound from about 60
     pages/min. The gains are
-    therefore stated for `pid_reference_ppm` (40) and scaled by (40/s)**2, which leaves the
+    therefore stated for `reference_ppm` (40) and scaled by (40/s)**2, which leaves the
     worked example and the documents' run unchanged and gives every target the same settling.
     The steps are then small far from the target, so start at t0 = 60/s (or close): from
     1 s to a 0.2 s target takes dozens of windows.
@@ -59,12 +59,13 @@ class PIDDelayController(PacedController):
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
         self.target = settings.target_ppm  # RateControlSettings requires it in mode "pid"
-        scale = settings.window_s / 60.0
-        reference = settings.pid_reference_ppm
+        law = settings.pid
+        scale = law.window_s / 60.0
+        reference = law.reference_ppm
         gain = 1.0 if reference is None else (reference / self.target) ** 2
-        self.kp = settings.kp * scale * gain
-        self.ki = settings.ki * scale * scale * gain
-        self.kd = settings.kd * scale * gain
+        self.kp = law.kp * scale * gain
+        self.ki = law.ki * scale * scale * gain
+        self.kd = law.kd * scale * gain
         self._delay = settings.initial_delay_s
         self._error_sum = 0.0
         self._last_error: float | None = None
@@ -90,7 +91,7 @@ class PIDDelayController(PacedController):
         if self._smoothed_n is None:
             self._smoothed_n = n_ppm
         else:
-            weight = self.settings.smoothing
+            weight = self.settings.pid.smoothing
             self._smoothed_n = weight * n_ppm + (1 - weight) * self._smoothed_n
         error = self.target - self._smoothed_n
         low, high = self.bounds()
@@ -111,7 +112,7 @@ class PIDDelayController(PacedController):
         return max(0.0, end - max(start, self._ready_at))
 
     def _roll(self, now: float) -> None:
-        window = self.settings.window_s
+        window = self.settings.pid.window_s
         while now >= self._window_start + window:
             end = self._window_start + window
             active = window - self._window_idle - self._idle_between(self._window_start, end)

@@ -30,19 +30,19 @@ class ConcurrencyCap:
 
     def on_rtt(self, now: float, rtt_s: float) -> int:
         """The step for one page response; returns the new cap."""
-        cfg = self.settings
+        law = self.settings.rtt
         band = self.band
         band.roll(now)  # the band compared against is the previous interval's
-        if (band.low is not None and rtt_s < band.low) or rtt_s < cfg.rtt_min_s:
-            self.cap = min(self.max_cap, self.cap + cfg.rtt_increase)
-        elif (band.high is not None and rtt_s > band.high) or rtt_s > cfg.rtt_max_s:
-            self.cap = max(self.min_cap, self.cap - cfg.rtt_decrease)
+        if (band.low is not None and rtt_s < band.low) or rtt_s < law.rtt_min_s:
+            self.cap = min(self.max_cap, self.cap + law.increase)
+        elif (band.high is not None and rtt_s > band.high) or rtt_s > law.rtt_max_s:
+            self.cap = max(self.min_cap, self.cap - law.decrease)
         band.observe(now, rtt_s)
         return self.cap
 
     def lower(self) -> int:
         """A ban or an error; returns the new cap."""
-        self.cap = max(self.min_cap, self.cap - self.settings.rtt_decrease)
+        self.cap = max(self.min_cap, self.cap - self.settings.rtt.decrease)
         return self.cap
 
 
@@ -60,9 +60,8 @@ class RTTConcurrencyController(PacedController):
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
-        self.limit = ConcurrencyCap(
-            settings, now, settings.rtt_initial_cap, settings.rtt_min_cap, settings.rtt_max_cap
-        )
+        law = settings.rtt
+        self.limit = ConcurrencyCap(settings, now, law.initial_cap, law.min_cap, law.max_cap)
         self.rtt = self.limit.band  # the law's S and band are the ones traced
 
     @property
@@ -74,7 +73,7 @@ class RTTConcurrencyController(PacedController):
         cfg = self.settings
         if self.rtt.srtt is None:
             return cfg.initial_delay_s
-        delay = self.rtt.srtt * cfg.rtt_max_cap / self.cap
+        delay = self.rtt.srtt * cfg.rtt.max_cap / self.cap
         return min(cfg.max_delay_s, max(cfg.min_delay_s, delay))
 
     def on_rtt(self, now: float, rtt_s: float) -> int:

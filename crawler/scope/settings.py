@@ -1,5 +1,5 @@
-"""The `[limits]` settings: what a crawl fetches at most and when it stops (a section of the
-settings tree, `crawler.config`)."""
+"""The `[limits]` settings: what a crawl fetches at most, how deep, and when it stops (a section
+of the settings tree, `crawler.config`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,25 @@ from crawler.section import Section
 
 
 class LimitSettings(Section):
-    """`[limits]`: what a crawl fetches at most, against hostile servers and link traps
-    (crawler/scope/limits.py, crawler/scope/traps.py), and when it stops (the deadline)."""
+    """`[limits]`: what a crawl fetches at most (in all, per server, against hostile servers
+    and link traps: crawler/scope/limits.py, crawler/scope/traps.py), how deep it follows links,
+    and when it stops (the deadline)."""
 
+    max_pages: int | None = Field(
+        None,
+        ge=1,
+        description="URLs fetched (first tries) in the whole crawl before it stops; None: no "
+        "limit (--max-pages)",
+    )
+    max_depth: int | None = Field(
+        None, ge=0, description="links followed from a seed; None: no limit (--max-depth)"
+    )
+    deadline_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the deadline: the crawl stops this many seconds after its start; what is "
+        "left is recorded for a resumed run (--deadline)",
+    )
     max_url_length: int = Field(
         MAX_URL_LENGTH, ge=16, le=MAX_URL_LENGTH, description="longer URLs are not fetched"
     )
@@ -40,12 +56,6 @@ class LimitSettings(Section):
         ge=1,
         description="404/410/failed fetches in a row in one URL family of a server before its "
         "other URLs are skipped",
-    )
-    time_budget_s: float = Field(
-        3600.0,
-        gt=0,
-        description="the deadline: the crawl stops this many seconds after its start; what is "
-        "left is recorded for a resumed run (--deadline)",
     )
 
     @field_validator("strip_params")
