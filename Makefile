@@ -40,7 +40,7 @@ lint: install
 
 # The user documentation (docs/, mkdocs.yml) as a static site in site/; a broken link fails it.
 docs: install
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 server: install
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
