@@ -12,7 +12,7 @@ PREFECT_PORT ?= 4200
 PREFECT_API_URL ?= http://127.0.0.1:$(PREFECT_PORT)/api
 WORK_POOL := crawlflow
 
-.PHONY: install demo test test-fast lint clean server deploy worker
+.PHONY: install demo test test-fast lint docs clean server deploy worker
 
 install: $(STAMP)
 
@@ -28,6 +28,7 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+	$(MAKE) docs
 
 # The unit tests only: no Ray, no Prefect, no servers (tests marked `integration` are left out).
 test-fast: install
@@ -36,6 +37,10 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# The user documentation (docs/, mkdocs.yml) as a static site in site/; a broken link fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 server: install
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)

@@ -1,11 +1,14 @@
 """The settings tree (crawler/config.py): a file of the current layout loads, every key is
 described (the configuration reference is generated from the descriptions), the keys of older
 layouts name their new place, an unknown key gets the closest known one, and the defaults are
-those crawls ran with before the rate-control table was split and the limits got one home."""
+those crawls ran with before the rate-control table was split and the limits got one home; and
+every settings file the docs show is valid."""
 
 from __future__ import annotations
 
+import re
 import tomllib
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -183,3 +186,19 @@ def test_the_defaults_are_those_of_the_older_layouts():
         assert getattr(config.limits, name) == default, key
     # The request's page and depth limits were None (none) by default.
     assert (config.limits.max_pages, config.limits.max_depth) == (None, None)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTED = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
+
+
+@pytest.mark.parametrize(
+    ("page", "example"),
+    [
+        (page.name, example)
+        for page in DOCUMENTED
+        for example in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)
+    ],
+)
+def test_every_settings_file_the_docs_show_is_valid(page, example):
+    config_from_dict(tomllib.loads(example))
