@@ -193,12 +193,14 @@ DOCUMENTED = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
 
 
 @pytest.mark.parametrize(
-    ("page", "example"),
+    "example",
     [
-        (page.name, example)
+        pytest.param(example, id=f"{page.name}-{number}")
         for page in DOCUMENTED
-        for example in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)
+        for number, example in enumerate(
+            re.findall(r"```toml\n(.*?)```", page.read_text(), re.S), 1
+        )
     ],
 )
-def test_every_settings_file_the_docs_show_is_valid(page, example):
+def test_every_settings_file_the_docs_show_is_valid(example):
     config_from_dict(tomllib.loads(example))
