@@ -12,7 +12,7 @@ the time budget. The estimate, per host ``h`` with ``p_h`` expected pages:
 - memory (GB): ``p_h * FRONTIER_BYTES_PER_URL`` for the host's URLs in the frontier and
   de-duplication state, plus ``HOST_STATE_BYTES`` (robots.txt, queues, controller state), plus
   ``BUFFERED_PAGES_PER_HOST * avg_page_kb`` for the page being downloaded and the one being parsed
-  (one connection per host, SPEC section 3);
+  (one connection per host, docs/scheduling.md);
 - bandwidth (Mbps): ``r_h * avg_page_kb * 8 / 1000``.
 
 A task's demand is the sum over its hosts. The per-page constants are estimates for a Python

@@ -1,6 +1,6 @@
 """The seed's heuristic, first fit that prefers busy nodes, and first-fit-decreasing.
 
-Placement rule (SPEC section 5), for each task in order:
+Placement rule (docs/allocation.md), for each task in order:
 
 1. the first busy node (one already holding a task) whose remaining capacity fits the task in
    every dimension, scanning nodes in the order they were created;

@@ -1,4 +1,4 @@
-"""The allocation model shared by every solver (SPEC section 5).
+"""The allocation model shared by every solver (docs/allocation.md).
 
 An instance has node types and tasks. A plan is a list of nodes, each of one type and of kind
 ``reserved`` or ``surcharge``, each holding tasks. Cost of a plan:

@@ -1,6 +1,6 @@
-"""Crawls over several nodes linked through shared state (SPEC §4): servers move between nodes
-by the water level, nodes join with nothing and take work, a node that dies has its servers
-taken over, and every reachable page is fetched exactly once.
+"""Crawls over several nodes linked through shared state (docs/distributed.md): servers move
+between nodes by the water level, nodes join with nothing and take work, a node that dies has
+its servers taken over, and every reachable page is fetched exactly once.
 
 The in-process tests run real nodes over websim with the exchange and the Bloom filter as
 plain objects; the Ray tests run the flow and kill a node actor, or let it add one."""

@@ -415,7 +415,7 @@ def test_trace_counts_since_previous_call(data: dict) -> None:
     assert again["pages"] == 0 and again["bans"] == 0
 
 
-# ---- PID (SPEC section 1) --------------------------------------------------------------------
+# ---- PID (docs/rate-control.md) ---------------------------------------------------------------
 
 
 def p_only(
@@ -613,7 +613,7 @@ def test_pid_gains_as_given_without_reference() -> None:
     assert PIDDelayController(config, RETRY, 0).kp == -0.045
 
 
-# ---- RTT concurrency (SPEC section 2) --------------------------------------------------------
+# ---- RTT concurrency (docs/rate-control.md) ---------------------------------------------------
 
 
 def rtt_config(**overrides: float) -> RateControlSettings:

@@ -1,4 +1,4 @@
-"""Connection statistics, P(s,i), T(s,i) and the four server rankings (SPEC §3)."""
+"""Connection statistics, P(s,i), T(s,i) and the four server rankings (docs/scheduling.md)."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def _most_in_flight(log: list[dict], service_s: float) -> int:
 
 @pytest.mark.parametrize(("mode", "bounded"), [("rtt", True), ("fixed", False)])
 def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bounded):
-    # SPEC section 2's MaxRequestCount bounds requests in flight, not only a delay. Every
+    # docs/rate-control.md's MaxRequestCount bounds requests in flight, not only a delay. Every
     # answer here is slower than RTT_MAX and no band is built, so the cap sits at its floor of
     # 2 while the node has 8 connections to 8 servers that answer in 100 ms.
     spec = WebSpec(

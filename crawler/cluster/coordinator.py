@@ -76,7 +76,7 @@ Recover = Callable[[str, list[str]], Recovered]
 
 @dataclass
 class Surcharge:
-    """Adds nodes while the crawl is projected to overrun its deadline (SPEC §5's
+    """Adds nodes while the crawl is projected to overrun its deadline (docs/allocation.md's
     surcharge capacity): `launch()` starts one more node, which then takes servers from the
     busier ones through the water level. At most `max_nodes`, one per `check_every_s`."""
 

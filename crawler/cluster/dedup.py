@@ -1,5 +1,5 @@
-"""Shared URL de-duplication across crawler nodes (SPEC §4): a Bloom filter in shared state,
-sharded by URL, with a bounded LRU cache of answers on every node in front of it.
+"""Shared URL de-duplication across crawler nodes (docs/distributed.md): a Bloom filter in
+shared state, sharded by URL, with a bounded LRU cache of answers on every node in front of it.
 
 Who decides what, and what a false positive costs:
 

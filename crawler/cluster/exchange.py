@@ -1,4 +1,4 @@
-"""Peer-to-peer task exchange between crawler nodes (SPEC §4): the shared state.
+"""Peer-to-peer task exchange between crawler nodes (docs/distributed.md): the shared state.
 
 Nodes are peers: each fetches the servers it owns and parses what it fetched; URLs it finds
 for servers another node owns go, through the shared state, to that owner. The shared state is

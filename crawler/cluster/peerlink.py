@@ -6,7 +6,7 @@ batch whenever `[exchange] batch` are buffered, while the workers fill the next 
 rest rides the heartbeat. The heartbeat also carries the node's queue length and smoothed
 throughput; its reply brings every URL waiting for the node's servers, and servers to adopt. So
 a node makes one call per heartbeat plus one per batch of URLs it had not seen. With
-`[exchange] batch` = 1 (unbatched, the SPEC's baseline) every URL and every server is its own
+`[exchange] batch` = 1 (unbatched, the design's baseline) every URL and every server is its own
 remote call, made by the thread that has it: a worker sends each URL it found before it goes
 on, and URLs for the node come one per call.
 """

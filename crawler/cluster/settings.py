@@ -9,8 +9,8 @@ from crawler.section import Section
 
 
 class ExchangeSettings(Section):
-    """`[exchange]`: how nodes share URLs and servers (SPEC section 4; crawler/cluster/exchange.py).
-    Each optimization can be switched off for comparison."""
+    """`[exchange]`: how nodes share URLs and servers (docs/distributed.md;
+    crawler/cluster/exchange.py). Each optimization can be switched off for comparison."""
 
     batch: int = Field(
         200, ge=1, description="URLs (or servers' worth) per call to shared state; 1: unbatched"

@@ -51,7 +51,7 @@ class FetchLoop:
         self._handover = handover
         self._guard = AddressGuard(allow_private)
         self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
-        # Mode "rtt": SPEC section 2's MaxRequestCount over all of this node's connections.
+        # Mode "rtt": docs/rate-control.md's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
             core.config.rate_control, core.config.scheduling.max_connections, time.monotonic()
         )

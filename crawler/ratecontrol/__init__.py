@@ -10,8 +10,8 @@ One module per control law, chosen by `RateControlSettings.mode` through `regist
 has its own settings sub-table (`[rate_control.<mode>]`, `settings`):
 
 - `adaptive` (default): congestion control per server, needs no limit.
-- `pid`: SPEC section 1, holds a user-given pages/min target.
-- `rtt`: SPEC section 2, per server as a duty cycle; `inflight` also bounds the requests in
+- `pid`: docs/rate-control.md, holds a user-given pages/min target.
+- `rtt`: docs/rate-control.md, per server as a duty cycle; `inflight` also bounds the requests in
   flight over the whole node by the same law.
 - `fixed`: a constant delay, the baseline.
 

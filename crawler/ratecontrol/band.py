@@ -1,4 +1,4 @@
-"""SPEC section 2's RTT estimator and reference band."""
+"""docs/rate-control.md's RTT estimator and reference band."""
 
 from __future__ import annotations
 

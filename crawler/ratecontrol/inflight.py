@@ -1,4 +1,4 @@
-"""SPEC section 2's MaxRequestCount for a whole node (mode "rtt")."""
+"""docs/rate-control.md's MaxRequestCount for a whole node (mode "rtt")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC section 1: the target-rate controller, a PID on the inter-request delay (mode "pid")."""
+"""The target-rate controller, a PID on the inter-request delay (mode "pid";
+docs/rate-control.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PID_MIN_ACTIVE_SHARE = 0.5
 
 
 class PIDDelayController(PacedController):
-    """SPEC section 1: hold a target of `s` pages/min by moving the delay once per window,
+    """docs/rate-control.md: hold a target of `s` pages/min by moving the delay once per window,
 
         t_k = t_{k-1} + kp*(s - n) + ki*sum + kd*diff
 

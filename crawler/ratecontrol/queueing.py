@@ -12,7 +12,7 @@ _IQR_PER_SD = 1.349
 
 class QueueingDelay:
     """The adaptive controller's delay signal: how far a server's page RTT has risen above its
-    unloaded RTT (SPEC section 2's reading of a rising RTT: queueing).
+    unloaded RTT (docs/rate-control.md's reading of a rising RTT: queueing).
 
     Both estimates are interquartile means of log RTT (the mean of the middle half): logs,
     because response times are skewed; the middle half, because a few outliers (a slow page,

@@ -1,4 +1,4 @@
-"""SPEC section 2: the RTT-driven concurrency law, per server (mode "rtt") and node-wide."""
+"""docs/rate-control.md: the RTT-driven concurrency law, per server (mode "rtt") and node-wide."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class ConcurrencyCap:
 class RTTConcurrencyController(PacedController):
     """`ConcurrencyCap` per host, as a duty cycle.
 
-    One host gets one connection (SPEC section 3), so at most one of its requests is ever in
+    One host gets one connection (docs/scheduling.md), so at most one of its requests is ever in
     flight and the cap cannot be a number of parallel requests. It is read as a duty cycle
     instead: the host's connection is kept busy cap/max_cap of the time, i.e. delay =
     SRTT * max_cap / cap. At max_cap requests go back to back; each DECREASE stretches the
@@ -77,7 +77,7 @@ class RTTConcurrencyController(PacedController):
         return min(cfg.max_delay_s, max(cfg.min_delay_s, delay))
 
     def on_rtt(self, now: float, rtt_s: float) -> int:
-        """The SPEC section 2 step for one response; returns the new cap."""
+        """The docs/rate-control.md step for one response; returns the new cap."""
         return self.limit.on_rtt(now, rtt_s)
 
     def _observe_rtt(self, now: float, rtt_s: float) -> None:

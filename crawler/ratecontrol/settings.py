@@ -82,7 +82,7 @@ class PIDSettings(Section):
     """`[rate_control.pid]`: the target-rate law (crawler/ratecontrol/pid.py), a PID on the
     delay that holds `[rate_control] target_ppm`.
 
-    Gains follow SPEC section 1's sign convention (negative: too fast means a longer delay)
+    Gains follow docs/rate-control.md's sign convention (negative: too fast means a longer delay)
     and are stated per 60-second window; see `crawler.ratecontrol.pid`.
     """
 
@@ -104,7 +104,7 @@ class PIDSettings(Section):
 
 
 class RTTSettings(Section):
-    """`[rate_control.rtt]`: SPEC section 2's RTT-driven concurrency law
+    """`[rate_control.rtt]`: docs/rate-control.md's RTT-driven concurrency law
     (crawler/ratecontrol/rtt.py), per server as a duty cycle and over the node's requests in
     flight (crawler/ratecontrol/inflight.py)."""
 
@@ -168,7 +168,7 @@ class RateControlSettings(Section):
     min_delay_s: float = Field(0.0, ge=0, description="the shortest delay (adaptive, pid, rtt)")
     max_delay_s: float = Field(60.0, gt=0, description="the longest delay (adaptive, pid, rtt)")
 
-    # The smoothed RTT (SPEC section 2's S) every law keeps and traces, and its band.
+    # The smoothed RTT (docs/rate-control.md's S) every law keeps and traces, and its band.
     rtt_alpha: float = Field(
         0.125, gt=0, le=1, description="the smoothing factor a of the RTT; 1/8 as in TCP's SRTT"
     )

@@ -1,9 +1,10 @@
 """The frontier: per-server URL queues and the choice of which server to connect to next.
 
-Scheduling is two-level (SPEC §3): a server is chosen first, then up to `P(s,i)` of its URLs
-are fetched over one keep-alive connection. At most one connection per server is open, and an
-open connection is never taken back (non-preemptive). Politeness wins over ranking: a server is
-only eligible once its rate controller allows the next request (`ServerState.ready_at`).
+Scheduling is two-level (docs/scheduling.md): a server is chosen first, then up to `P(s,i)` of
+its URLs are fetched over one keep-alive connection. At most one connection per server is open,
+and an open connection is never taken back (non-preemptive). Politeness wins over ranking: a
+server is only eligible once its rate controller allows the next request
+(`ServerState.ready_at`).
 
 The server choice costs O(log servers), not a scan: idle servers with URLs wait in a heap keyed
 by the time they become eligible, and move to a heap keyed by the policy's score once that time
@@ -30,7 +31,7 @@ from crawler.scheduling.urlqueue import FairUrls, UrlTask
 
 
 class Frontier:
-    """Two-level frontier under one of the SPEC §3 policies
+    """Two-level frontier under one of the docs/scheduling.md policies
     (`crawler.scheduling.policies.POLICIES`).
 
     Not thread-safe on its own: the node serializes calls under its lock. The node changes an

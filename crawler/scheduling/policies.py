@@ -1,5 +1,5 @@
-"""Server-level scheduling (SPEC §3): what one connection to a server is expected to cost, and
-how the four policies rank servers.
+"""Server-level scheduling (docs/scheduling.md): what one connection to a server is expected to
+cost, and how the four policies rank servers.
 
 Per server `s` and its `i`-th connection:
 

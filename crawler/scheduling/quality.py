@@ -1,5 +1,5 @@
-"""Page quality for the quality-aware policies (SPEC §3). A URL's quality is fixed when the node
-discovers it; the scheduler only reads it.
+"""Page quality for the quality-aware policies (docs/scheduling.md). A URL's quality is fixed
+when the node discovers it; the scheduler only reads it.
 
 - `PageRankQuality` (default): PageRank computed incrementally over the link graph this node
   has discovered (the pages it fetched and their out-links; per node, so with several nodes

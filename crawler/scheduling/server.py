@@ -1,5 +1,5 @@
 """One server's state: everything a node knows about a server it owns, in one object that moves
-between nodes whole (pickled by Ray on a handover, SPEC §4).
+between nodes whole (pickled by Ray on a handover, docs/distributed.md).
 
 A server belongs to one node at a time, and only its owner opens a connection to it; when it
 moves, it takes along all its next owner needs so that nothing is lost or fetched twice and

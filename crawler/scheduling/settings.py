@@ -18,7 +18,7 @@ from crawler.section import Section
 
 class SchedulingSettings(Section):
     """`[scheduling]`: which server a node connects to next and how long it keeps the
-    connection (SPEC section 3; crawler/scheduling/policies.py, crawler/scheduling/frontier.py)."""
+    connection (docs/scheduling.md; crawler/scheduling/policies.py and frontier.py)."""
 
     policy: Policy = Field("capability", description=f"scheduling policy: {', '.join(POLICIES)}")
     quality_file: str | None = Field(

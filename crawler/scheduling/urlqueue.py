@@ -1,4 +1,4 @@
-"""A server's queue of URLs: which of its URLs goes next (SPEC §3's URL ranking, and the
+"""A server's queue of URLs: which of its URLs goes next (docs/scheduling.md's URL ranking, and the
 round between URL families that keeps one family from starving the others)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class UrlTask:
     url: str
     depth: int
     attempt: int = 1
-    quality: float = 0.0  # fixed when the URL was discovered (SPEC §3)
+    quality: float = 0.0  # fixed when the URL was discovered (docs/scheduling.md)
     host_depth: int = 0  # links from where the crawl entered the URL's server
     urgent: bool = False  # goes before its server's round of families (a recrawl's changed URL)
 
