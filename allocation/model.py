@@ -172,13 +172,17 @@ class Instance:
 
 def load_instance(path: str | Path) -> Instance:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InstanceError(f"cannot read instance file {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise InstanceError(f"{path}: not a JSON file (not UTF-8 text)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InstanceError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    except RecursionError:
+        raise InstanceError(f"{path}: JSON nested too deeply") from None
     return Instance.from_json(data)
 
 

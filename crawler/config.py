@@ -217,15 +217,19 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     """The settings of a TOML (`.toml`) or JSON file, as written (validated with the request
     they become part of)."""
     path = Path(path)
+    kind = "JSON" if path.suffix == ".json" else "TOML"
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not {kind} (not UTF-8 text)") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "TOML"
         raise ConfigError(f"config file {path} is not valid {kind}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply to be settings") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
     return data

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -21,6 +22,9 @@ from crawler.scheduling.policies import Policy
 from runtime.environment import prepare_environment
 
 prepare_environment()
+
+if TYPE_CHECKING:
+    import click
 
 app = typer.Typer(
     add_completion=False,
@@ -102,6 +106,7 @@ def crawl(
     from crawler.scope.seeds import resolve_scope
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
+    from storage.files import prepare_output_root
 
     settings = with_overrides(
         {} if config is None else read_config_file(config),
@@ -128,6 +133,7 @@ def crawl(
         }
     )
     # Fail fast, before Prefect and Ray start.
+    prepare_output_root(out)
     resolve_scope(request.seeds, request.allow, request.allow_private)
     if since is not None:
         from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
@@ -158,6 +164,8 @@ def sql(
     from storage.queries import run_sql
     from storage.views import connect
 
+    if not query.strip():
+        raise UserError("the SQL query is empty")
     con = connect(directory)
     try:
         columns, rows = run_sql(con, query)
@@ -239,11 +247,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from crawler.config import ConfigError
     from crawler.scheduling.recrawl import RecrawlError
     from crawler.scope.seeds import SeedError
+    from storage.files import OutputRootError
     from storage.lock import CrawlLocked
-    from storage.views import OutputNotFound
+    from storage.views import OutputNotFound, OutputUnreadable
 
     return (
-        UserError, ConfigError, SeedError, OutputNotFound, InstanceError, RecrawlError, CrawlLocked
+        UserError,
+        ConfigError,
+        SeedError,
+        OutputNotFound,
+        OutputUnreadable,
+        OutputRootError,
+        InstanceError,
+        RecrawlError,
+        CrawlLocked,
     )
 
 
@@ -262,8 +279,14 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+@functools.cache
+def _click_command() -> click.Command:
+    # Built once per process (it takes milliseconds: the tests run thousands of command lines).
+    return typer.main.get_command(app)
+
+
 def _run(argv: list[str] | None) -> int:
-    command = typer.main.get_command(app)
+    command = _click_command()
     try:
         code = command.main(
             args=sys.argv[1:] if argv is None else argv,
@@ -273,18 +296,27 @@ def _run(argv: list[str] | None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # usage errors: unknown option, bad value, ...
-        print(f"crawlflow: error: {exc.format_message()}", file=sys.stderr)
+        _say(f"crawlflow: error: {exc.format_message()}")
         return 2
     except (typer.Abort, KeyboardInterrupt):
         print("crawlflow: interrupted; files already written are kept", file=sys.stderr)
         return 130
     except _user_errors() as exc:
-        print(f"crawlflow: error: {exc}", file=sys.stderr)
+        _say(f"crawlflow: error: {exc}")
         return 2
     except _crawl_failed() as exc:
-        print(f"crawlflow: crawl failed: {exc}", file=sys.stderr)
+        _say(f"crawlflow: crawl failed: {exc}")
         return 1
     return code if isinstance(code, int) else 0
+
+
+def _say(message: str) -> None:
+    """`message` on stderr as one line: what it quotes of the user's input (a URL, a path)
+    may hold line breaks or control characters, which are shown escaped."""
+    print(
+        "".join(char if char.isprintable() else repr(char)[1:-1] for char in message),
+        file=sys.stderr,
+    )
 
 
 def _end_process(code: int) -> NoReturn:

@@ -9,6 +9,8 @@ directory name is just a character of it.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 _GLOB_CHARACTERS = "*?["
@@ -24,3 +26,23 @@ def parquet_files(directory: Path, pattern: str = "*.parquet") -> list[str]:
     """The Parquet files of `directory` matching `pattern` (Python's glob: the directory's own
     name is never a pattern), sorted, as DuckDB arguments."""
     return [literal(path) for path in sorted(directory.glob(pattern))]
+
+
+class OutputRootError(OSError):
+    """The output root cannot hold crawls; the message says why, in one line."""
+
+
+def prepare_output_root(root: Path) -> None:
+    """Create the output root `root` if need be and check that a crawl can write in it, so that
+    a wrong `--out` is a one-line error before anything starts, not a traceback later."""
+    if root.exists() and not root.is_dir():
+        raise OutputRootError(f"--out {root} is not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OutputRootError(f"--out {root}: cannot write there ({reason})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise OutputRootError(f"--out {root}: cannot write there (permission denied)")

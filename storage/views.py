@@ -26,6 +26,11 @@ class OutputNotFound(FileNotFoundError):
     """The directory holds no crawl output."""
 
 
+class OutputUnreadable(ValueError):
+    """A file of the crawl output cannot be read (truncated, not Parquet); the message names
+    it."""
+
+
 def _dataset_files(directory: Path, dataset: str) -> list[str]:
     """One crawl's files of `dataset`, or else those of every crawl under an output root."""
     return parquet_files(directory, f"{dataset}/*.parquet") or parquet_files(
@@ -45,7 +50,11 @@ def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
         files = _dataset_files(directory, name)
         if files:
             found = True
-            con.read_parquet(files, union_by_name=True).create_view(view)
+            try:
+                con.read_parquet(files, union_by_name=True).create_view(view)
+            except duckdb.Error as exc:
+                problem = str(exc).splitlines()[0]
+                raise OutputUnreadable(f"cannot read {name} under {directory}: {problem}") from None
         else:
             # An empty view with the documented columns, so queries still bind.
             con.register(f"_empty_{name}", pa.Table.from_pylist([], schema=schema))

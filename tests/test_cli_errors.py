@@ -298,3 +298,45 @@ def test_every_key_of_the_flat_layout_has_a_place_in_the_tree(key):
     section, _, renamed = str(error.value).partition(" moved to [")[2].partition("]")
     name = renamed.removeprefix(" as ") or key
     assert name in type(getattr(CrawlConfig(), section)).model_fields
+
+
+@pytest.fixture
+def hostile_inputs(tmp_path, monkeypatch):
+    """Files a careless or hostile user may hand the command, in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "latin1.toml").write_bytes(b"[fetch]\nuser_agent = \"b\xf6t\"\n")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "crlf.toml").write_text('[fetch]\nuser_agent = "bot\\r\\nX-Evil: 1"\n')
+    (tmp_path / "binary.json").write_bytes(bytes(range(256)))
+    (tmp_path / "cut" / "fetches").mkdir(parents=True)
+    (tmp_path / "cut" / "fetches" / "node-0-000001.parquet").write_bytes(b"PAR1 cut short")
+    return tmp_path
+
+
+SEED = "http://127.0.0.1:9/"  # loopback, nothing listens; every case stops before a request
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["crawl", SEED, "--allow-private", "--out", "a-file"], "--out a-file is not a directory"),
+        (["crawl", SEED, "--allow-private", "--out", "/proc/no/such"], "cannot write there"),
+        (["crawl", SEED, "--config", "latin1.toml"], "not UTF-8"),
+        (["crawl", SEED, "--config", "deep.json"], "nested too deeply"),
+        (["crawl", SEED, "--allow-private", "--config", "crlf.toml"], "printable ASCII"),
+        (["crawl", "http://" + "a" * 64 + ".example/"], "not a valid DNS name"),
+        (["crawl", "http://bob:pw@127.0.0.1:9/", "--allow-private"], "carries credentials"),
+        (["crawl", SEED, "--allow-private", "--crawl-id", "../up"], "is not a crawl id"),
+        (["sql", "cut", "SELECT count(*) FROM fetches"], "cannot read fetches"),
+        (["sql", "cut", "  "], "the SQL query is empty"),
+        (["report", "cut"], "cannot read fetches"),
+        (["warc-get", "cut", SEED], "cannot read fetches"),
+        (["plan", "--instance", "binary.json"], "not UTF-8"),
+    ],
+)
+def test_hostile_input_is_one_line_before_anything_starts(hostile_inputs, argv, fragment, capsys):
+    code, err = run(argv, capsys)
+    assert "Traceback" not in err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("crawlflow: error: ") and fragment in err

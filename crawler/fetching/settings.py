@@ -3,7 +3,7 @@ robots.txt (a section of the settings tree, `crawler.config`)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from crawler.section import Section
 
@@ -13,7 +13,12 @@ class FetchSettings(Section):
     and
     robots.txt (the node)."""
 
-    user_agent: str = Field("crawlflow/0.1", description="User-Agent header and robots.txt agent")
+    user_agent: str = Field(
+        "crawlflow/0.1",
+        min_length=1,
+        max_length=512,
+        description="User-Agent header and robots.txt agent (printable ASCII)",
+    )
     connect_timeout_s: float = Field(5.0, gt=0, description="per request")
     read_timeout_s: float = Field(15.0, gt=0, description="per read")
     fetch_timeout_s: float = Field(
@@ -34,3 +39,12 @@ class FetchSettings(Section):
         description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml), fetched "
         "over its connection at its pace",
     )
+
+    @field_validator("user_agent")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # A CR or LF would end the header early: every request would fail, or carry a header
+        # the user never meant.
+        if not value.isascii() or not value.isprintable():
+            raise ValueError("must be printable ASCII (no line breaks or control characters)")
+        return value

@@ -35,11 +35,20 @@ def canonical_url(url: str) -> str:
     if not parts.hostname:
         raise BadUrl(f"no host in {url!r}")
     netloc = parts.hostname.lower()
+    try:
+        # What name resolution will need: a label empty or over 63 characters fails here, once,
+        # rather than at every lookup of the host.
+        netloc.encode("idna")
+    except UnicodeError:
+        raise BadUrl(f"malformed host in {url[:200]!r}: not a valid DNS name") from None
     if ":" in netloc:  # an IPv6 literal keeps its brackets
         netloc = f"[{netloc}]"
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
-    return canonicalize_url(urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")))
+    try:
+        return canonicalize_url(urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")))
+    except (UnicodeError, ValueError) as exc:  # IDNA: a label empty or over 63 characters, ...
+        raise BadUrl(f"malformed host in {url[:200]!r}: {exc}") from None
 
 
 def host_key(url: str) -> str:
