@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -32,6 +32,10 @@ from urllib3.exceptions import ReadTimeoutError
 
 from crawler.fetching.settings import FetchSettings
 from errors import ErrorClass, FetchError
+
+if TYPE_CHECKING:
+    # A Protocol urllib3 defines for its annotations only.
+    from urllib3._base_connection import BaseHTTPConnection
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _CHUNK = 64 * 1024
@@ -299,16 +303,19 @@ class _TrackingPool(HTTPConnectionPool):
     in_use: HTTPConnection | None = None
     pinned_address: str | None = None
 
-    def _new_conn(self) -> Any:
+    def _new_conn(self) -> BaseHTTPConnection:
         conn = super()._new_conn()
+        assert isinstance(conn, HTTPConnection)  # an instance of ConnectionCls
         if self.pinned_address is not None:
             # urllib3 resolves `_dns_host` to connect and uses `host` for everything else.
             conn._dns_host = self.pinned_address
         return conn
 
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        self.in_use = super()._get_conn(timeout)
-        return self.in_use
+    def _get_conn(self, timeout: float | None = None) -> HTTPConnection:
+        conn = super()._get_conn(timeout)
+        assert isinstance(conn, HTTPConnection)  # an instance of ConnectionCls
+        self.in_use = conn
+        return conn
 
 
 class _TrackingHTTPSPool(HTTPSConnectionPool, _TrackingPool):
@@ -405,7 +412,11 @@ class ServerSession:
             )
             result.status = response.status_code
             result.headers = {k.lower(): v for k, v in response.headers.items()}
-            result.request_headers = dict(response.request.headers)
+            # As sent: http.client writes str values as Latin-1 and bytes values as they are.
+            result.request_headers = {
+                name: value.decode("latin-1") if isinstance(value, bytes) else value
+                for name, value in response.request.headers.items()
+            }
             result.rtt_s = time.monotonic() - started
             timed = self._adapter.timed_in_use
             if timed is not None:
