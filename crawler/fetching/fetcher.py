@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -32,10 +32,6 @@ from urllib3.exceptions import ReadTimeoutError
 
 from crawler.fetching.settings import FetchSettings
 from errors import ErrorClass, FetchError
-
-if TYPE_CHECKING:
-    # A Protocol urllib3 defines for its annotations only.
-    from urllib3._base_connection import BaseHTTPConnection
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 _CHUNK = 64 * 1024
@@ -256,9 +252,19 @@ class _WireTimedConnection(HTTPConnection):
     response_read_at: float | None = None
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
     network_rtt_s: float | None = None  # the kernel's least RTT on it, at the last answer
+    pinned_address: str | None = None  # connect here instead of resolving the server's name
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()  # the TCP connect only: TLS, if any, comes after
+        # The TCP connect only: TLS, if any, comes after. urllib3 connects to `_dns_host`,
+        # which is also what `host` (the Host header, the TLS server name) reads: pinned, it
+        # is the address for the connect alone.
+        name = self._dns_host
+        if self.pinned_address is not None:
+            self._dns_host = self.pinned_address
+        try:
+            sock = super()._new_conn()
+        finally:
+            self._dns_host = name
         # Right after the connect, the kernel's only RTT sample is the handshake's.
         self.handshake_s = _kernel_rtt_s(sock, _TCPI_RTT_OFFSET)
         return sock
@@ -303,17 +309,10 @@ class _TrackingPool(HTTPConnectionPool):
     in_use: HTTPConnection | None = None
     pinned_address: str | None = None
 
-    def _new_conn(self) -> BaseHTTPConnection:
-        conn = super()._new_conn()
-        assert isinstance(conn, HTTPConnection)  # an instance of ConnectionCls
-        if self.pinned_address is not None:
-            # urllib3 resolves `_dns_host` to connect and uses `host` for everything else.
-            conn._dns_host = self.pinned_address
-        return conn
-
     def _get_conn(self, timeout: float | None = None) -> HTTPConnection:
         conn = super()._get_conn(timeout)
-        assert isinstance(conn, HTTPConnection)  # an instance of ConnectionCls
+        assert isinstance(conn, _WireTimedConnection)  # an instance of ConnectionCls
+        conn.pinned_address = self.pinned_address  # for when it connects
         self.in_use = conn
         return conn
 
