@@ -12,7 +12,7 @@ PREFECT_PORT ?= 4200
 PREFECT_API_URL ?= http://127.0.0.1:$(PREFECT_PORT)/api
 WORK_POOL := crawlflow
 
-.PHONY: install demo test test-fast lint docs clean server deploy worker
+.PHONY: install demo test test-fast lint typecheck docs clean server deploy worker
 
 install: $(STAMP)
 
@@ -27,6 +27,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 	$(MAKE) docs
 
@@ -37,6 +38,10 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# The packages, as [tool.mypy] in pyproject.toml configures it (tests and bench/ are left out).
+typecheck: install
+	$(BIN)/mypy
 
 # The user documentation (docs/, mkdocs.yml) as a static site in site/; a broken link fails it.
 docs: install

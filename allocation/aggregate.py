@@ -177,7 +177,7 @@ def violated_cliques(conflict: np.ndarray, chosen: list[int], nodes: int) -> lis
     inside[chosen] = True
     degree = conflict[:, inside].sum(axis=1)
     order = sorted(chosen, key=lambda a: -degree[a])
-    others = sorted(np.flatnonzero(~inside), key=lambda a: -degree[a])
+    others = sorted((int(a) for a in np.flatnonzero(~inside)), key=lambda a: -degree[a])
     found: list[list[int]] = []
     for start in order[:CLIQUE_STARTS]:
         clique = [start]
@@ -192,7 +192,7 @@ def violated_cliques(conflict: np.ndarray, chosen: list[int], nodes: int) -> lis
             if common[candidate]:
                 clique.append(candidate)
                 common &= conflict[candidate]
-        members = sorted(int(a) for a in clique)
+        members = sorted(clique)
         if members not in found:
             found.append(members)
     return found
@@ -210,7 +210,8 @@ def feasible_sets(node_type: NodeType, tasks: list[Task], limit: int,
     room = np.array(node_type.capacity.as_tuple()) * (1 + 1e-9) + 1e-12
     found: list[list[int]] = []
     # (load, members, candidates): candidates are the later tasks that fit beside the members.
-    stack = [(np.zeros(3), [], np.flatnonzero(np.all(demand <= room, axis=1)))]
+    stack: list[tuple[np.ndarray, list[int], np.ndarray]] = [
+        (np.zeros(3), [], np.flatnonzero(np.all(demand <= room, axis=1)))]
     while stack:
         load, members, candidates = stack.pop()
         for k, task in enumerate(candidates):
@@ -319,8 +320,8 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
                 by_type[type_name].append(task_id)
         bins = {name: [members for members, var in chosen if (var.value() or 0) > 0.5]
                 for name, chosen in sets.items()}
-        for name, members in bins.items():
-            by_type[name] = [task_id for node in members for task_id in node]
+        for name, type_bins in bins.items():
+            by_type[name] = [task_id for node in type_bins for task_id in node]
         nodes = {name: round(r.value() or 0) + round(s.value() or 0)
                  for name, (r, s) in counts.items()}
         found = Aggregate(lower, dict(by_type), nodes, bins)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 
 def cpu_seconds() -> float:
@@ -34,3 +35,7 @@ class CpuClock:
     def until(self, share: float) -> float:
         """CPU seconds left before ``share`` of the limit is used."""
         return share * self.limit_s - self.elapsed()
+
+    def passed(self, stop: float) -> Callable[[], bool]:
+        """A deadline for a search: true once ``stop`` CPU seconds have elapsed."""
+        return lambda: self.elapsed() >= stop

@@ -17,6 +17,7 @@ or at its deadline. Moves are evaluated for all pairs at once with numpy.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Sequence
 
@@ -53,10 +54,12 @@ class BinSearch:
 
     def __init__(self, instance: Instance, bin_types: Sequence[str], start: Packing,
                  seed: int = 0) -> None:
-        self._search = (_Search(instance, list(bin_types), start, random.Random(seed))
-                        if bin_types else None)
+        self._search: _Search | None = None
+        if bin_types:
+            with contextlib.suppress(_Unplaceable):
+                self._search = _Search(instance, list(bin_types), start, random.Random(seed))
         # True once more time cannot help: no move left, or GIVE_UP_STEPS without progress.
-        self.stuck = self._search is None or self._search.assign is None
+        self.stuck = self._search is None
 
     @property
     def steps(self) -> int:
@@ -82,6 +85,10 @@ class BinSearch:
         return search.packing()
 
 
+class _Unplaceable(Exception):
+    """A task fits on none of the nodes: there is no first assignment to search from."""
+
+
 class _Search:
     def __init__(self, instance: Instance, bin_types: list[str], start: Packing,
                  rng: random.Random) -> None:
@@ -99,8 +106,6 @@ class _Search:
         self.tabu_until = np.zeros(len(self.task_ids), dtype=int)
         self.steps = 0
         self.assign = self._first_assignment(start)
-        if self.assign is None:
-            return
         self.load = np.zeros_like(self.capacity)
         np.add.at(self.load, self.assign, self.demand)
         self.total = float(self._overload(self.load).sum())
@@ -113,9 +118,9 @@ class _Search:
         dimension; ``nodes`` indexes the capacities and broadcasts like ``load``)."""
         return (np.maximum(load - self.capacity[nodes], 0.0) * self.scale[nodes]).sum(axis=-1)
 
-    def _first_assignment(self, start: Packing) -> np.ndarray | None:
+    def _first_assignment(self, start: Packing) -> np.ndarray:
         """Each type's fullest start bins on that type's nodes; the other tasks one by one, largest
-        first, on the node they overload least."""
+        first, on the node they overload least. Raises _Unplaceable if a task fits nowhere."""
         index = {t: i for i, t in enumerate(self.task_ids)}
         assign = np.full(len(self.task_ids), -1)
         load = np.zeros_like(self.capacity)
@@ -130,7 +135,7 @@ class _Search:
         for i in sorted(np.flatnonzero(assign < 0), key=lambda i: -self.demand[i].sum()):
             options = np.flatnonzero(self.fits[i])
             if not options.size:
-                return None
+                raise _Unplaceable
             added = (self._overload(load[options] + self.demand[i], options)
                      - self._overload(load[options], options))
             j = int(options[np.argmin(added)])

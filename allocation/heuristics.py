@@ -97,8 +97,12 @@ def size_keys(instance: Instance) -> dict[str, Callable[[str], float]]:
         "weighted": lambda t: sum(x * w for x, w in zip(norm[t], total, strict=True)),
     }
     for d, dim in enumerate(DIMENSIONS):
-        keys[dim] = lambda t, d=d: norm[t][d]
+        keys[dim] = _component(norm, d)
     return keys
+
+
+def _component(vectors: dict[str, tuple[float, ...]], d: int) -> Callable[[str], float]:
+    return lambda t: vectors[t][d]
 
 
 def ffd_packing(instance: Instance, order: Sequence[str],
@@ -198,9 +202,12 @@ class _State:
         for type_name in self.bin_type:
             self.counts[type_name] += 1
 
+    def alive_bins(self) -> list[int]:
+        return [int(k) for k in np.flatnonzero(self.alive)]
+
     def packing(self) -> Packing:
         packing: Packing = {}
-        for k in np.flatnonzero(self.alive):
+        for k in self.alive_bins():
             tasks = [self.task_ids[i] for i in np.flatnonzero(self.task_bin == k)]
             if tasks:
                 packing.setdefault(self.bin_type[k], []).append(tasks)
@@ -259,13 +266,12 @@ def improve(instance: Instance, packing: Packing, deadline: Callable[[], bool] =
 
 def _empty_bins(state: _State, deadline: Callable[[], bool]) -> bool:
     changed = False
-    victims = sorted(np.flatnonzero(state.alive),
-                     key=lambda k: (state.fill(k), -state.saving(k)))
+    victims = sorted(state.alive_bins(), key=lambda k: (state.fill(k), -state.saving(k)))
     for victim in victims:
         if deadline():
             break
-        if _try_empty(state, int(victim)):
-            state.kill(int(victim))
+        if _try_empty(state, victim):
+            state.kill(victim)
             changed = True
     return changed
 
@@ -313,15 +319,15 @@ def _place(state: _State, victim: int, task: int) -> list[tuple[int, int]] | Non
 
 def _retype_bins(state: _State) -> bool:
     changed = False
-    for k in np.flatnonzero(state.alive):
-        saving = state.saving(int(k))
+    for k in state.alive_bins():
+        saving = state.saving(k)
         options = [(next_bin_price(nt, state.counts[nt.name]), nt.name)
                    for nt in state.packer.types.values()
                    if nt.name != state.bin_type[k] and room_for(nt, state.counts[nt.name])
                    and state.fits_load(nt.name, state.load[k])]
         if options and min(options)[0] < saving - 1e-9:
-            tasks = state.tasks_of(int(k))
-            state.kill(int(k))
+            tasks = state.tasks_of(k)
+            state.kill(k)
             state.open(min(options)[1], tasks)
             changed = True
     return changed
@@ -329,7 +335,7 @@ def _retype_bins(state: _State) -> bool:
 
 def _merge_bins(state: _State) -> bool:
     """Merge the first pair of the least-filled bins that one new bin holds more cheaply."""
-    candidates = sorted(np.flatnonzero(state.alive), key=state.fill)[:30]
+    candidates = sorted(state.alive_bins(), key=state.fill)[:30]
     for a_pos, a in enumerate(candidates):
         for b in candidates[a_pos + 1:]:
             load = state.load[a] + state.load[b]
@@ -343,9 +349,9 @@ def _merge_bins(state: _State) -> bool:
                        for nt in state.packer.types.values()
                        if room_for(nt, counts[nt.name]) and state.fits_load(nt.name, load)]
             if options and min(options)[0] < saving - 1e-9:
-                tasks = np.concatenate([state.tasks_of(int(a)), state.tasks_of(int(b))])
-                state.kill(int(a))
-                state.kill(int(b))
+                tasks = np.concatenate([state.tasks_of(a), state.tasks_of(b)])
+                state.kill(a)
+                state.kill(b)
                 state.open(min(options)[1], tasks)
                 return True
     return False

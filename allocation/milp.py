@@ -185,8 +185,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             if closed():
                 break
 
-    if not closed() and candidates:
-        for shrunk in _shrunk(instance, best(), lower, clock, SHRINK_SHARE):
+    incumbent = best()
+    if not closed() and incumbent is not None:
+        for shrunk in _shrunk(instance, incumbent, lower, clock, SHRINK_SHARE):
             candidates.append(shrunk)
             if closed():
                 break
@@ -358,7 +359,7 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
             continue
         search = BinSearch(instance, bins, start)
         stop = clock.elapsed() + min(QUICK_TRIAL_S, clock.until(share))
-        packing = search.run(lambda stop=stop: clock.elapsed() >= stop)
+        packing = search.run(clock.passed(stop))
         if packing is not None:
             yield packing
         else:
@@ -370,7 +371,7 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
             return
         part = 0.5 if position == 0 else 1 / (len(failed) - position)
         stop = clock.elapsed() + part * clock.until(share)
-        packing = search.run(lambda stop=stop: clock.elapsed() >= stop)
+        packing = search.run(clock.passed(stop))
         if packing is not None:
             yield packing
 
@@ -434,8 +435,7 @@ def _shrunk(instance: Instance, packing: Packing, lower: float, clock: CpuClock,
             if _bins_cost(instance, bins) < lower - TOLERANCE:
                 continue  # cheaper than the lower bound: no packing exists
             stop = clock.elapsed() + 0.5 * clock.until(share)
-            shrunk = pack_on_bins(instance, bins, current,
-                                  lambda stop=stop: clock.elapsed() >= stop)
+            shrunk = pack_on_bins(instance, bins, current, clock.passed(stop))
             if shrunk is not None:
                 break
             if clock.until(share) <= 0:

@@ -7,7 +7,7 @@ and the rest surcharge, which is the cheapest way to run the same bins (see ``al
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from allocation.first_fit import task_sizes
 from allocation.model import ZERO, Instance, Kind, Plan, Resources, make_nodes
@@ -78,7 +78,7 @@ def min_slack_bins(instance: Instance, type_name: str, task_ids: Sequence[str],
     return bins
 
 
-def _best_subset(ordered: list[str], demand: dict[str, tuple[float, ...]],
+def _best_subset(ordered: list[str], demand: Mapping[str, tuple[float, ...]],
                  capacity: tuple[float, ...], weight: dict[int, float]) -> list[str]:
     """``ordered[0]`` plus the best-filling subset of the rest found within SEARCH_NODES."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.environment import prepare_environment
 
@@ -17,6 +17,7 @@ from runtime.environment import prepare_environment
 prepare_environment()
 
 import ray  # noqa: E402
+from ray.actor import ActorHandle  # noqa: E402
 from ray.exceptions import RayActorError  # noqa: E402
 
 from crawler.cluster.coordinator import NodeLost  # noqa: E402
@@ -26,6 +27,9 @@ from crawler.cluster.peerlink import PeerLink  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
 from crawler.scheduling.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
+
+if TYPE_CHECKING:
+    from ray._private.node import Node
 
 # A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
 # it on loopback).
@@ -49,7 +53,8 @@ def stop_local_ray() -> None:
     holds nothing a one-machine crawl needs): `ray.shutdown` would stop it after the GCS, and a
     monitor told to stop then reports its end to the GCS it lost until Ray kills it a second
     later, a second of the command's exit (Ray 2.60: 1.6 s in all, 0.35 s this way)."""
-    node = ray._private.worker._global_node
+    # Ray declares it None; `ray.init` sets it.
+    node: Node | None = ray._private.worker._global_node
     try:
         if node is not None and node.is_head():
             node.kill_monitor(check_alive=False)  # Ray's internal API: it may change
@@ -280,6 +285,8 @@ class RayFleet(Fleet):
                 continue  # died during the crawl: its servers were taken over
             ray.kill(node.actor)
         for actor in [self.exchange_actor, *self.shards]:
+            # Ray types what `.remote()` returns as a handle or the class (for method lookup).
+            assert isinstance(actor, ActorHandle)
             ray.kill(actor)
         if self.stops_ray:
             COMMAND_RAY.release()

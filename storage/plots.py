@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import matplotlib
@@ -16,6 +17,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI
 
 import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 # The node writes a tick's rows with one timestamp; a host row belongs to the window that ends
 # at its tick and starts at the node's previous tick. A node's first tick has no previous one:
@@ -173,7 +177,7 @@ def plot_host_rates(
     for ax in axes[:, 0]:
         ax.set_ylabel("requests/s", fontsize=8)
     if series:
-        handles = {}
+        handles: dict[str, Artist] = {}
         for ax in axes.flat[: len(series)]:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 handles.setdefault(label, handle)

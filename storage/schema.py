@@ -14,7 +14,13 @@ import pyarrow as pa
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-FETCHES = pa.schema(
+
+def _schema(columns: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    # pa.schema takes a union of column forms, against which mypy cannot type a list literal.
+    return pa.schema(columns)
+
+
+FETCHES = _schema(
     [
         ("crawl_id", pa.string()),
         ("url", pa.string()),
@@ -47,7 +53,7 @@ FETCHES = pa.schema(
     ]
 )
 
-PAGES = pa.schema(
+PAGES = _schema(
     [
         ("crawl_id", pa.string()),
         ("url", pa.string()),
@@ -63,7 +69,7 @@ PAGES = pa.schema(
     ]
 )
 
-METRICS = pa.schema(
+METRICS = _schema(
     [
         ("crawl_id", pa.string()),
         ("node_id", pa.string()),
@@ -76,7 +82,7 @@ METRICS = pa.schema(
 
 # URLs a node discovered (in scope, new to it) and the depth they were found at: with the
 # fetches, the checkpoint a resumed crawl rebuilds its frontier from.
-DISCOVERED = pa.schema(
+DISCOVERED = _schema(
     [
         ("crawl_id", pa.string()),
         ("url", pa.string()),
@@ -86,7 +92,7 @@ DISCOVERED = pa.schema(
 )
 
 # The plan step's allocation: each solver's plan cost, which was chosen, how many nodes ran.
-ALLOCATION = pa.schema(
+ALLOCATION = _schema(
     [
         ("crawl_id", pa.string()),
         ("solver", pa.string()),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 from storage.warc import Exchange, WarcBatchWriter, discard_uncommitted_warc
 
 FileName = str
+Row = Mapping[str, Any]  # column name -> value
 
 
 def write_atomically(table: pa.Table, final: Path) -> None:
@@ -65,7 +67,7 @@ class ParquetDatasetWriter:
     def rows_written(self) -> int:
         return self._group.rows_written
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: Row) -> None:
         self._group.record({self._name: [row]})
 
     def flush(self) -> None:
@@ -98,7 +100,7 @@ class CommitGroupWriter:
         self.batch_rows = batch_rows
         self.interval_s = interval_s
         self.rows_written = 0
-        self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in datasets}
+        self._rows: dict[str, list[Row]] = {name: [] for name in datasets}
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
         for directory, _ in datasets.values():
@@ -108,15 +110,15 @@ class CommitGroupWriter:
             directories.append(archive.directory)
         self._sequence = next_free_sequence(directories, prefix)
 
-    def record(
-        self, rows: dict[str, list[dict[str, Any]]], exchange: Exchange | None = None
-    ) -> None:
-        """`exchange`: archived to WARC in this batch; the last `fetches` row given gets the
-        record's location."""
+    def record(self, rows: Mapping[str, Sequence[Row]], exchange: Exchange | None = None) -> None:
+        """`exchange`: archived to WARC in this batch; the last `fetches` row given is written
+        with the record's location."""
         with self._lock:
             if exchange is not None and self.archive is not None:
                 batch = batch_file_name(self.prefix, self._sequence)
-                rows["fetches"][-1].update(self.archive.append(batch, exchange))
+                *earlier, last = rows["fetches"]
+                located = {**last, **self.archive.append(batch, exchange)}
+                rows = {**rows, "fetches": [*earlier, located]}
             for name, dataset_rows in rows.items():
                 self._rows[name].extend(dataset_rows)
             due = (
@@ -130,7 +132,7 @@ class CommitGroupWriter:
         with self._lock:
             self._flush_locked()
 
-    def buffered(self, dataset: str) -> list[dict[str, Any]]:
+    def buffered(self, dataset: str) -> list[Row]:
         """The rows of `dataset` recorded but not written yet."""
         with self._lock:
             return list(self._rows[dataset])

@@ -63,7 +63,9 @@ def spread(hosts: dict[str, int], nodes: int) -> list[list[str]]:
     return [hosts_of_node for hosts_of_node in assignment if hosts_of_node]
 
 
-def plan_rows(crawl_id: str, decision: CrawlAllocation, used: list[NodeSpec]) -> list[dict]:
+def plan_rows(
+    crawl_id: str, decision: CrawlAllocation, used: list[NodeSpec]
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     plans = {"first_fit": decision.first_fit}
     if decision.milp is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import threading
 from typing import Any
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import (
@@ -50,6 +51,8 @@ def drive_crawl(
     artifact_id = create_progress_artifact(
         progress=0.0, key="crawl-progress", description="URLs done / URLs known"
     )
+    # Prefect runs its async twin in an async context; this task is sync.
+    assert isinstance(artifact_id, UUID)
 
     def report(progress: Progress) -> None:
         known = progress.urls_done + progress.queued

@@ -3,6 +3,8 @@ its limits with an error class, and the session stays usable afterwards."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 import tracemalloc
@@ -181,6 +183,47 @@ def test_a_pinned_session_connects_to_the_checked_address_not_the_name(hostile_w
         pinned.close()
     assert result.status == expected.status == 200
     assert result.body == expected.body
+
+
+@pytest.fixture
+def first_bytes_at_127_0_0_2():
+    """A listener on 127.0.0.2 (localhost is 127.0.0.1): its port, and the first bytes of the
+    one connection it takes, which it answers with an empty 200."""
+    listener = socket.create_server(("127.0.0.2", 0))
+    listener.settimeout(10)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as conn:
+            conn.settimeout(10)
+            received.append(conn.recv(65536))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    server = threading.Thread(target=serve)
+    server.start()
+    yield listener.getsockname()[1], received
+    server.join()
+    listener.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_pinned_session_names_the_server_not_the_address(first_bytes_at_127_0_0_2, scheme):
+    """Pinned, the connection goes to the checked address, and the request still names the
+    server: in the Host header (HTTP), in the TLS server name (HTTPS, where the listener's
+    plain-text answer then fails the handshake)."""
+    port, received = first_bytes_at_127_0_0_2
+    session = ServerSession(CONFIG)
+    session.pin("127.0.0.2")
+    try:
+        result = session.get(f"{scheme}://localhost:{port}/")
+    finally:
+        session.close()
+    if scheme == "http":
+        assert result.status == 200
+        assert f"\r\nHost: localhost:{port}\r\n".encode() in received[0]
+    else:
+        assert result.error is not None
+        assert b"localhost" in received[0]  # the ClientHello's server_name
 
 
 def test_looks_binary():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import math
 import random
 import resource
@@ -273,8 +274,8 @@ class _Connection(asyncio.Protocol):
         if path == "/robots.txt":  # exempt from the rate limit: a crawler must be able to ask
             body = self.sim.renderer.robots(host.index)
             origin = self.sim.renderer.origins[host.index]
-            if body is not None and (line := self.sim.changes.sitemap_line(host.index, origin)):
-                body += f"{line}\n".encode()
+            if body is not None and (entry := self.sim.changes.sitemap_line(host.index, origin)):
+                body += f"{entry}\n".encode()
             status = 200 if body is not None else 404
             response = _response(status, _TEXT, body or b"", head_only, remaining, close=close)
             return self._log(method, target, status, response, close, self.sim.latency(host))
@@ -368,7 +369,8 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
     sim = _Sim(web, port)
     servers = []
     for host, sock in zip(sim.hosts, sockets[: len(sim.hosts)], strict=True):
-        servers.append(await loop.create_server(lambda h=host: _Connection(sim, h), sock=sock))
+        protocol = functools.partial(_Connection, sim, host)
+        servers.append(await loop.create_server(protocol, sock=sock))
     hostiles = await hostile.start(
         web.spec,
         sockets[len(sim.hosts) :],

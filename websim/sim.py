@@ -9,6 +9,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import TracebackType
+from typing import TypedDict
 
 import numpy as np
 from w3lib.url import canonicalize_url
@@ -21,6 +22,17 @@ from websim.spec import WebSpec
 
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 5.0
+
+
+class LoggedRequest(TypedDict):
+    """One request a server of the web received (`WebSim.request_log`)."""
+
+    host: str  # "ip:port"
+    path: str  # the request target as sent
+    status: int
+    time: float  # epoch seconds
+    method: str
+    conn: int  # the connection's id
 
 
 class WebSim:
@@ -199,20 +211,21 @@ class WebSim:
         urls = self._page_urls()
         return {urls[i] for i in changed.tolist()}
 
-    def request_log(self, clear: bool = False) -> list[dict]:
-        """Every request the servers received so far, oldest first: host ("ip:port"), path
-        (request target as sent), status, time (epoch seconds), method, conn (connection id).
-        With clear=True the server forgets them afterwards."""
+    def request_log(self, clear: bool = False) -> list[LoggedRequest]:
+        """Every request the servers received so far, oldest first. With clear=True the server
+        forgets them afterwards."""
         if self._conn is None:
             raise RuntimeError("WebSim not running")
         with self._lock:
             self._conn.send(("log", clear))
             entries = self._conn.recv()
-        keys = ("host", "path", "status", "time", "method", "conn")
-        return [dict(zip(keys, entry, strict=True)) for entry in entries]
+        return [
+            LoggedRequest(host=host, path=path, status=status, time=at, method=method, conn=conn)
+            for host, path, status, at, method, conn in entries
+        ]
 
 
-def requested_again(entries: list[dict]) -> list[tuple[str, str]]:
+def requested_again(entries: list[LoggedRequest]) -> list[tuple[str, str]]:
     """(host, target) of the requests in `entries` (a `request_log`) for a target that had
     already been answered finally: anything but 429 or 5xx, which invite a retry. What a
     crawler asks again that it had already got (robots.txt aside: each run reads it afresh)."""

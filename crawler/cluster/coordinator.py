@@ -377,7 +377,7 @@ class Coordinator:
     def report(self) -> dict[str, Any]:
         """Nodes used against nodes planned: per node its kind, lifetime and work."""
         now = time.monotonic() - self.started
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "node_id": u.node_id,
                 "kind": u.kind,

@@ -305,9 +305,19 @@ class _WireTimedConnection(HTTPConnection):
     response_read_at: float | None = None
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
     network_rtt_s: float | None = None  # the kernel's least RTT on it, at the last answer
+    pinned_address: str | None = None  # connect here instead of resolving the server's name
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()  # the TCP connect only: TLS, if any, comes after
+        # The TCP connect only: TLS, if any, comes after. urllib3 connects to `_dns_host`,
+        # which is also what `host` (the Host header, the TLS server name) reads: pinned, it
+        # is the address for the connect alone.
+        name = self._dns_host
+        if self.pinned_address is not None:
+            self._dns_host = self.pinned_address
+        try:
+            sock = super()._new_conn()
+        finally:
+            self._dns_host = name
         # Right after the connect, the kernel's only RTT sample is the handshake's.
         self.handshake_s = _kernel_rtt_s(sock, _TCPI_RTT_OFFSET)
         return sock
@@ -352,16 +362,12 @@ class _TrackingPool(HTTPConnectionPool):
     in_use: HTTPConnection | None = None
     pinned_address: str | None = None
 
-    def _new_conn(self) -> Any:
-        conn = super()._new_conn()
-        if self.pinned_address is not None:
-            # urllib3 resolves `_dns_host` to connect and uses `host` for everything else.
-            conn._dns_host = self.pinned_address
+    def _get_conn(self, timeout: float | None = None) -> HTTPConnection:
+        conn = super()._get_conn(timeout)
+        assert isinstance(conn, _WireTimedConnection)  # an instance of ConnectionCls
+        conn.pinned_address = self.pinned_address  # for when it connects
+        self.in_use = conn
         return conn
-
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        self.in_use = super()._get_conn(timeout)
-        return self.in_use
 
 
 class _TrackingHTTPSPool(HTTPSConnectionPool, _TrackingPool):
@@ -458,7 +464,11 @@ class ServerSession:
             )
             result.status = response.status_code
             result.headers = {k.lower(): v for k, v in response.headers.items()}
-            result.request_headers = dict(response.request.headers)
+            # As sent: http.client writes str values as Latin-1 and bytes values as they are.
+            result.request_headers = {
+                name: value.decode("latin-1") if isinstance(value, bytes) else value
+                for name, value in response.request.headers.items()
+            }
             result.rtt_s = time.monotonic() - started
             timed = self._adapter.timed_in_use
             if timed is not None:

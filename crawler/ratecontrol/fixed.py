@@ -17,6 +17,7 @@ class FixedDelayController(PacedController):
         if settings.fixed.delay_s is not None:
             self._delay = settings.fixed.delay_s
         else:
+            assert settings.target_ppm is not None
             self._delay = 60.0 / settings.target_ppm
 
     @property

@@ -59,7 +59,8 @@ class PIDDelayController(PacedController):
 
     def __init__(self, settings: RateControlSettings, retry: RetrySettings, now: float) -> None:
         super().__init__(settings, retry, now)
-        self.target = settings.target_ppm  # RateControlSettings requires it in mode "pid"
+        assert settings.target_ppm is not None  # RateControlSettings requires it in mode "pid"
+        self.target = settings.target_ppm
         law = settings.pid
         scale = law.window_s / 60.0
         reference = law.reference_ppm

@@ -184,14 +184,14 @@ def _parse_http_date(value: str | None) -> float | None:
 
 def dates_trusted(pages: list[list[Observation]]) -> bool:
     """Whether a server's Last-Modified dates can be true (the module doc says when not)."""
-    dated = [o for page in pages for o in page if o.modified is not None]
+    dated = [(o.modified, o.fetched) for page in pages for o in page if o.modified is not None]
     answers = sum(len(page) for page in pages)
     if not dated or 2 * len(dated) < answers:
         return False
     dated_pages = sum(any(o.modified is not None for o in page) for page in pages)
-    if dated_pages > 1 and len({o.modified for o in dated}) == 1:
+    if dated_pages > 1 and len({modified for modified, _ in dated}) == 1:
         return False
-    if 2 * sum(o.modified >= o.fetched - STAMPED_NOW_S for o in dated) > len(dated):
+    if 2 * sum(modified >= fetched - STAMPED_NOW_S for modified, fetched in dated) > len(dated):
         return False
     changes = [(a, b) for page in pages for a, b in pairwise(page) if b.changed]
     undated = sum(
@@ -206,14 +206,16 @@ def dated_evidence(
 ) -> tuple[int, float] | None:
     """(changes detected `X`, nights known without a change `T`) of a page from its dates and
     `clock` (crawl index -> the servers' time of that crawl); None if a visit had no date."""
-    if any(o.modified is None for o in observations):
-        return None
-    first = observations[0]
-    changes, quiet = 1, max(0.0, clock[first.index] - first.modified)
-    for before, visit in pairwise(observations):
+    dates: list[float] = []
+    for o in observations:
+        if o.modified is None:
+            return None
+        dates.append(o.modified)
+    changes, quiet = 1, max(0.0, clock[observations[0].index] - dates[0])
+    for (before, visit), modified in zip(pairwise(observations), dates[1:], strict=True):
         if visit.changed:
             changes += 1
-            quiet += max(0.0, clock[visit.index] - visit.modified)
+            quiet += max(0.0, clock[visit.index] - modified)
         else:
             quiet += max(0.0, clock[visit.index] - clock[before.index])
     return changes, quiet / NIGHT_S

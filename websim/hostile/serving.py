@@ -5,6 +5,7 @@ has (the root, the good pages, 404)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -90,7 +91,7 @@ async def start(
         state = HostState(spec, offsite, host_log, next_connection)
         scenario = SCENARIOS[name]
         server = await asyncio.start_server(
-            lambda r, w, s=scenario, st=state: serve_connection(s, st, r, w),
+            functools.partial(serve_connection, scenario, state),
             sock=sock,
             limit=_MAX_HEAD,
         )
