@@ -136,17 +136,19 @@ _RATE_CONTROL_RENAMED = {
     "rtt_min_cap": ("rtt", "min_cap"),
     "rtt_max_cap": ("rtt", "max_cap"),
 }
+# The tables whose keys stood at the top level of the flat layout.
+_FLAT_TABLES: list[tuple[str, type[Section]]] = [
+    ("fetch", FetchSettings),
+    ("limits", LimitSettings),
+    ("scheduling", SchedulingSettings),
+    ("exchange", ExchangeSettings),
+    ("output", OutputSettings),
+    ("plan", PlanSettings),
+]
 MOVED_KEYS: dict[tuple[str | None, str], tuple[str, str]] = {
     **{
         (None, name): (section, name)
-        for section, model in [
-            ("fetch", FetchSettings),
-            ("limits", LimitSettings),
-            ("scheduling", SchedulingSettings),
-            ("exchange", ExchangeSettings),
-            ("output", OutputSettings),
-            ("plan", PlanSettings),
-        ]
+        for section, model in _FLAT_TABLES
         for name in model.model_fields
         if (section, name) not in _RENAMED.values()
     },

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -23,8 +23,6 @@ from runtime.environment import prepare_environment
 
 prepare_environment()
 
-if TYPE_CHECKING:
-    import click
 
 app = typer.Typer(
     add_completion=False,
@@ -279,10 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-@functools.cache
-def _click_command() -> click.Command:
-    # Built once per process (it takes milliseconds: the tests run thousands of command lines).
-    return typer.main.get_command(app)
+# Built once per process (it takes milliseconds: the tests run thousands of command lines).
+_click_command = functools.cache(functools.partial(typer.main.get_command, app))
 
 
 def _run(argv: list[str] | None) -> int:
@@ -327,7 +323,7 @@ def _end_process(code: int) -> NoReturn:
     a crawl). What the command writes is closed before it returns, files and Parquet alike."""
     # What the interpreter runs at exit; neither has a public name. threading's waits for the
     # threads that are not daemons and wakes idle thread-pool workers so that they end.
-    threading._shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # private, and undeclared in typeshed
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), closed

@@ -26,7 +26,7 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
     truncated = None
     if result.error is not None:
         truncated = _TRUNCATED.get(result.error.kind, "unspecified" if result.cut_short else None)
-    not_modified = result.status == 304 and earlier is not None
+    confirmed = earlier if result.status == 304 else None  # the capture a 304 stands for
     return Exchange(
         url=result.url,
         date=date,
@@ -35,6 +35,6 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
         response_headers=result.headers,
         body=result.body,
         truncated=truncated,
-        refers_to_date=earlier.fetch_time if not_modified else None,
-        refers_to_digest=earlier.digest if not_modified else None,
+        refers_to_date=confirmed.fetch_time if confirmed is not None else None,
+        refers_to_digest=confirmed.digest if confirmed is not None else None,
     )

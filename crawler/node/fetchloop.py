@@ -88,11 +88,13 @@ class FetchLoop:
             return
         if server.robots is None and not self._load_robots(server, session):
             return
+        robots = server.robots
+        assert robots is not None  # loaded above, and a server's rules are never unloaded
         for _ in range(server.batch):
             task = self.next_task(server)
             if task is None:
                 return
-            if not server.robots.allowed(task.url, user_agent):
+            if not robots.allowed(task.url, user_agent):
                 self.unfetched([task], FetchError(ErrorClass.ROBOTS_DISALLOWED), refund_budget=True)
                 continue
             if core.limits.closed(server.limits, task.url):

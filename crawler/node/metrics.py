@@ -60,12 +60,12 @@ class NodeMetrics:
             (None, "fetches", counters.fetches),
             (None, "urls_done", counters.urls_done),
         ]
-        for host in core.take_answered():
-            server = core.servers.get(host)
+        for answered in core.take_answered():
+            server = core.servers.get(answered)
             if server is None or server.controller is None:
                 continue  # handed over since it answered: its next owner reports it
             values += [
-                (host, name, value)
+                (answered, name, value)
                 for name, value in server.controller.trace(now).items()
                 if value is not None
             ]
