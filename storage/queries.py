@@ -19,7 +19,7 @@ SELECT
     (SELECT count(DISTINCT url_host_name) FROM fetches)                    AS hosts,
     (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299)  AS status_2xx,
     (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 300 AND 399)  AS status_3xx,
-    (SELECT count(*) FROM fetches WHERE fetch_status = 304)                AS not_modified,
+    (SELECT count(*) FROM fetches WHERE fetch_status = 304 AND error IS NULL) AS not_modified,
     (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 400 AND 499
                                     AND fetch_status <> 429)               AS status_4xx,
     (SELECT count(*) FROM fetches WHERE fetch_status IN (429, 503))        AS bans,

@@ -83,7 +83,7 @@ def _create_pages_view(con: duckdb.DuckDBPyConnection, directory: Path) -> None:
         f"CREATE VIEW pages AS SELECT {columns} FROM _pages_stored "
         f"UNION ALL SELECT {carried} FROM fetches f JOIN {archive} p "
         "ON p.url = f.url AND p.content_digest = f.content_digest "
-        "WHERE f.fetch_status = 304 "
+        "WHERE f.fetch_status = 304 AND f.error IS NULL "
         "QUALIFY row_number() OVER (PARTITION BY f.crawl_id, f.url, f.fetch_time "
         "ORDER BY p.fetch_time DESC) = 1"
     )

@@ -319,3 +319,15 @@ def test_only_the_labels_browsers_know_choose_the_encoding(label, encoding):
                          body=page)
     assert result.encoding == encoding
     assert "/x" in result.text  # decoding never fails
+
+
+def test_a_304_confirms_nothing_unless_the_request_was_conditional(hostile_web):
+    session = ServerSession(CONFIG)
+    url = hostile_web.hostile_url("empty_body") + "not-modified"
+    try:
+        unasked = session.get(url)
+        asked = session.get(url, {"If-None-Match": '"v1"'})
+    finally:
+        session.close()
+    assert (unasked.status, error_class(unasked)) == (304, "http_error")
+    assert (asked.status, asked.error) == (304, None)

@@ -414,6 +414,13 @@ class _CuttableAdapter(HTTPAdapter):
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+_CONDITIONAL_HEADERS = frozenset({"if-none-match", "if-modified-since"})
+
+
+def _is_conditional(headers: dict[str, str] | None) -> bool:
+    return any(name.lower() in _CONDITIONAL_HEADERS for name in headers or ())
+
+
 class _NoRedirectSession(requests.Session):
     """The node follows redirects itself (a Location is a new URL, checked like any link), so
     requests must not even parse one: with `allow_redirects=False` it still works out the next
@@ -488,6 +495,13 @@ class ServerSession:
             result.error = FetchError(
                 ErrorClass.FETCH_TIMEOUT,
                 f"no complete answer within {settings.fetch_timeout_s:g} s",
+            )
+        elif result.status == 304 and not _is_conditional(headers):
+            # "Not modified" since nothing: no earlier capture stands behind it, so it confirms
+            # nothing (taken as unchanged, it would pass the trap budget and mark done a page
+            # never stored).
+            result.error = FetchError(
+                ErrorClass.HTTP_ERROR, "304 Not Modified to a request that was not conditional"
             )
         elif (
             result.error is None

@@ -165,4 +165,6 @@ async def empty_body(ex: Exchange) -> bool | None:
         return await ex.send(200, b"")
     if ex.request.path == "/empty-close":
         return await ex.stream([("Content-Type", HTML)], iter(()))
+    if ex.request.path == "/not-modified":  # whatever the request asked: not modified
+        return await ex.send(304, b"", content_type=None)
     return None
