@@ -59,6 +59,10 @@ class PrefectServer:
                 "--lifespan",
                 "on",
             ],
+            # Out of the command's process group: SIGTERM to the group (timeout, systemd, a
+            # container runtime) must not stop the server before the command has said its last
+            # to it; the command stops it on its way out (`stop`, at exit).
+            start_new_session=True,
             # What Prefect's own ephemeral mode sets: no UI, ephemeral services only.
             env={
                 **os.environ,

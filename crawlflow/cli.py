@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import functools
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -33,6 +34,10 @@ app = typer.Typer(
 
 class UserError(Exception):
     """A mistake in what the user asked for; shown as one line, exit code 2."""
+
+
+class CrawlInterrupted(Exception):
+    """Ctrl-C or SIGTERM during a crawl; the message says how to resume it."""
 
 
 @app.command()
@@ -105,6 +110,7 @@ def crawl(
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
     from storage.files import prepare_output_root
+    from storage.manifest import new_crawl_id
 
     settings = with_overrides(
         {} if config is None else read_config_file(config),
@@ -124,7 +130,8 @@ def crawl(
             "allow_private": allow_private,
             "nodes": nodes,
             "out_dir": str(out),
-            "crawl_id": crawl_id,
+            # Chosen here, not by the flow, so that an interrupted command can name it.
+            "crawl_id": crawl_id or new_crawl_id(),
             "since": since,
             "incremental": not full,
             "config": settings,
@@ -137,7 +144,13 @@ def crawl(
         from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
 
         require_earlier_crawl(out, since)  # before Prefect and Ray start
-    summary = run_crawl(request)
+    try:
+        summary = run_crawl(request)
+    except KeyboardInterrupt:
+        raise CrawlInterrupted(
+            f"interrupted; what was committed is kept: run again with --crawl-id "
+            f"{request.crawl_id} (and --out {out}) to resume"
+        ) from None
     print_report(Path(summary["out_dir"]), summary)
 
 
@@ -271,6 +284,10 @@ def _crawl_failed() -> type[BaseException]:
 def main(argv: list[str] | None = None) -> None:
     """Run the command line `argv` (tests) or sys.argv (the command) and exit with its code;
     the command ends its process itself (see `_end_process`)."""
+    if argv is None:
+        # SIGTERM (timeout, systemd, container runtimes) stops the command as Ctrl-C does:
+        # work under way is cut short, what was committed stays, and it says how to go on.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     code = _run(argv)
     if argv is None:
         _end_process(code)
@@ -294,8 +311,11 @@ def _run(argv: list[str] | None) -> int:
     except typer.TyperException as exc:  # usage errors: unknown option, bad value, ...
         _say(f"crawlflow: error: {exc.format_message()}")
         return 2
+    except CrawlInterrupted as exc:
+        _say(f"crawlflow: {exc}")
+        return 130
     except (typer.Abort, KeyboardInterrupt):
-        print("crawlflow: interrupted; files already written are kept", file=sys.stderr)
+        _say("crawlflow: interrupted; files already written are kept")
         return 130
     except _user_errors() as exc:
         _say(f"crawlflow: error: {exc}")

@@ -8,7 +8,10 @@ has imported Prefect."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from runtime.environment import prepare_environment
@@ -41,11 +44,25 @@ def ensure_ray() -> bool:
     True when this call connected."""
     if ray.is_initialized():
         return False
-    if address := os.environ.get("RAY_ADDRESS"):
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(**LOCAL_RAY)
+    with _own_sigterm_handler():
+        if address := os.environ.get("RAY_ADDRESS"):
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(**LOCAL_RAY)
     return True
+
+
+@contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep the process's SIGTERM handler: `ray.init` replaces it with an immediate exit, which
+    would end the command without a word, and without the crawl's flow run recording its end."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
 
 
 def stop_local_ray() -> None:

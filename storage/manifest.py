@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 MANIFEST = "crawl.json"
@@ -18,6 +20,11 @@ MANIFEST = "crawl.json"
 # first, so that an id (a flow parameter anyone who starts a run may set) can never leave the
 # root (`../x`), hide (`.x`) or name a path.
 _CRAWL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def new_crawl_id() -> str:
+    """`<UTC now>-<8 random hex digits>`: sorts by start time, and never the same twice."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(4)
 
 
 def check_crawl_id(name: str) -> str:
