@@ -5,7 +5,7 @@
     minimum where ``R`` equals the nodes the demand needs.
 (b) The heuristics' gap to the MILP over random small instances (mean, p95, worst), with the
     MILP's solve times.
-(c) The goal, on the instance families of ``bench.allocation_instances`` (demands uniform, skewed
+(c) The goal, on the instance families of ``allocation.instances`` (demands uniform, skewed
     or correlated; reservation caps tight or loose; surcharge cheap or dear; 2-5 node types):
     200 tasks, the MILP with a 10 s CPU limit; per family the share proven within 1%, the proven
     gap's mean, p95 and worst, and first fit's and FFD's cost above the MILP's plan; also drawn.
@@ -29,10 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from allocation.first_fit import first_fit, first_fit_decreasing
-from allocation.milp import OPTIMAL, solve_milp
-from allocation.model import Instance
-from bench import results_dir
-from bench.allocation_instances import (
+from allocation.instances import (
     FAMILIES,
     SHAPES,
     family_instance,
@@ -40,6 +37,9 @@ from bench.allocation_instances import (
     random_instance,
     random_tasks,
 )
+from allocation.milp import OPTIMAL, solve_milp
+from allocation.model import Instance
+from bench import results_dir
 
 MILP_TIME_LIMIT_S = 10.0
 # Instances per family: of 200 tasks for the goal (seeds 0-3), and of 50-400 tasks.
