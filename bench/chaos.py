@@ -29,8 +29,6 @@ that the run takes minutes, not hours (see CHAOS_SETTINGS).
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import resource
 import shutil
@@ -45,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from crawler.config import CrawlConfig
 from crawler.scope.traps import url_family
 from runtime.trial import analyse, trial_crawl
@@ -215,11 +214,11 @@ def print_hostile_site(result: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.arguments(__doc__)
     parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, ALL, DEFAULTS_CLI])
     parser.add_argument("--parallel", type=int, default=4, help="crawls at once")
-    parser.add_argument("--json", type=Path, help="write the reports here")
     args = parser.parse_args()
+    run = harness.start("chaos", args)
     names = args.scenarios or [*SCENARIOS, ALL, DEFAULTS_CLI]
 
     spec = WebSpec(
@@ -268,19 +267,16 @@ def main() -> None:
 
     header = ["scenario", "outcome", "pages", "lost", "dup", "requests", "top family", "crash"]
     header += ["peak MB", "s"]
-    table = [header] + [[name, *_cell(report)] for name, report in reports.items()]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    rows = [[name, *_cell(report)] for name, report in reports.items()]
+    harness.print_table(None, header, rows, text_columns=(0, 1, 6))
     print(f"requests to the out-of-scope redirect target (one-scenario runs): {len(offsite)}")
     print(f"settings: {CHAOS_SETTINGS}, the rest defaults")
     if hostile_site is not None:
         print_hostile_site(hostile_site)
-    if args.json:
-        results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
-        if hostile_site is not None:
-            results[DEFAULTS_CLI] = hostile_site
-        args.json.write_text(json.dumps(results, indent=2))
+    results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
+    if hostile_site is not None:
+        results[DEFAULTS_CLI] = hostile_site
+    run.write_json(results)
 
 
 if __name__ == "__main__":
