@@ -5,20 +5,17 @@
     minimum where ``R`` equals the nodes the demand needs.
 (b) The heuristics' gap to the MILP over random small instances (mean, p95, worst), with the
     MILP's solve times.
-(c) The goal, on the instance families of ``bench.allocation_instances`` (demands uniform, skewed
+(c) The goal, on the instance families of ``allocation.instances`` (demands uniform, skewed
     or correlated; reservation caps tight or loose; surcharge cheap or dear; 2-5 node types):
     200 tasks, the MILP with a 10 s CPU limit; per family the share proven within 1%, the proven
     gap's mean, p95 and worst, and first fit's and FFD's cost above the MILP's plan; also drawn.
 (d) The same over 50-400 tasks.
 
-Run: ``python -m bench.allocation [--quick] [--out DIR]``.
+Run: ``python -m bench.allocation [--quick] [--json PATH]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import statistics
 from pathlib import Path
@@ -26,13 +23,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from rich.console import Console
-from rich.table import Table
 
 from allocation.first_fit import first_fit, first_fit_decreasing
-from allocation.milp import OPTIMAL, solve_milp
-from allocation.model import Instance
-from bench import results_dir
-from bench.allocation_instances import (
+from allocation.instances import (
     FAMILIES,
     SHAPES,
     family_instance,
@@ -40,6 +33,9 @@ from bench.allocation_instances import (
     random_instance,
     random_tasks,
 )
+from allocation.milp import OPTIMAL, solve_milp
+from allocation.model import Instance
+from bench import harness
 
 MILP_TIME_LIMIT_S = 10.0
 # Instances per family: of 200 tasks for the goal (seeds 0-3), and of 50-400 tasks.
@@ -62,15 +58,12 @@ def u_curve(console: Console) -> dict[str, Any]:
     best = min(rows, key=lambda r: r["total_cost"])
     optimum = solve_milp(instance, MILP_TIME_LIMIT_S)
 
-    table = Table(title=f"(a) first fit cost against reserved nodes ({len(tasks)} tasks, {name})")
-    for column in ("reserved nodes", "reserved", "usage", "surcharge", "total"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        style = "bold" if row is best else None
-        table.add_row(str(row["reserved_nodes"]), *(f"{row[k]:.2f}" for k in
-                      ("reserved_cost", "usage_cost", "surcharge_cost", "total_cost")),
-                      style=style)
-    console.print(table)
+    harness.print_table(
+        f"(a) first fit cost against reserved nodes ({len(tasks)} tasks, {name})",
+        ("reserved nodes", "reserved", "usage", "surcharge", "total"),
+        [[str(row["reserved_nodes"]), *(f"{row[k]:.2f}" for k in
+          ("reserved_cost", "usage_cost", "surcharge_cost", "total_cost"))] for row in rows],
+        text_columns=(), bold_rows=[rows.index(best)])
     console.print(f"minimum at R = {best['reserved_nodes']}; first fit needs {needed} nodes; "
                   f"MILP optimum {optimum.plan.total_cost:.2f} on {len(optimum.plan.nodes)} "
                   f"nodes ({optimum.status})")
@@ -104,7 +97,7 @@ def plot_u_curve(figure: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def random_gaps(count: int, console: Console) -> dict[str, Any]:
+def random_gaps(count: int) -> dict[str, Any]:
     rng = random.Random(2024)
     gaps: dict[str, list[float]] = {"first_fit": [], "ffd": []}
     times: list[float] = []
@@ -118,19 +111,18 @@ def random_gaps(count: int, console: Console) -> dict[str, Any]:
         for name, heuristic in (("first_fit", first_fit), ("ffd", first_fit_decreasing)):
             gaps[name].append((heuristic(instance).total_cost - best) / best)
 
-    table = Table(title=f"(b) gap to the MILP over {count} random instances "
-                        f"(10-40 tasks, 1-3 types; {proven} proven optimal)")
-    for column in ("", "mean", "p95", "worst"):
-        table.add_column(column, justify="right")
     summary: dict[str, Any] = {"instances": count, "milp_proven_optimal": proven}
+    rows = []
     for name, values in gaps.items():
         stats = _stats(values)
         summary[f"{name}_gap"] = stats
-        table.add_row(f"{name} gap", *(f"{stats[k]:.1%}" for k in ("mean", "p95", "max")))
+        rows.append([f"{name} gap", *(f"{stats[k]:.1%}" for k in ("mean", "p95", "max"))])
     summary["milp_cpu_seconds"] = _stats(times)
-    table.add_row("MILP CPU s", *(f"{summary['milp_cpu_seconds'][k]:.2f}"
-                                  for k in ("mean", "p95", "max")))
-    console.print(table)
+    rows.append(["MILP CPU s", *(f"{summary['milp_cpu_seconds'][k]:.2f}"
+                                 for k in ("mean", "p95", "max"))])
+    harness.print_table(f"(b) gap to the MILP over {count} random instances "
+                        f"(10-40 tasks, 1-3 types; {proven} proven optimal)",
+                        ("", "mean", "p95", "worst"), rows)
     return summary
 
 
@@ -178,20 +170,15 @@ def family_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _family_table(runs: list[dict[str, Any]], title: str, console: Console) -> None:
-    table = Table(title=title, padding=(0, 1))
-    table.add_column("family", no_wrap=True)
-    for column in ("n", "<=1%", "mean", "p95", "max", "FF", "FFD", "CPU s"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for row in family_summary(runs):
-        table.add_row(row["family"], str(row["instances"]), f"{row['proven_within_1pct']:.0%}",
-                      *(f"{row['gap'][k]:.2%}" for k in ("mean", "p95", "max")),
-                      f"{row['first_fit_gap']['mean']:+.0%}", f"{row['ffd_gap']['mean']:+.0%}",
-                      f"{row['cpu_seconds']['max']:.1f}")
+    rows = [[row["family"], str(row["instances"]), f"{row['proven_within_1pct']:.0%}",
+             *(f"{row['gap'][k]:.2%}" for k in ("mean", "p95", "max")),
+             f"{row['first_fit_gap']['mean']:+.0%}", f"{row['ffd_gap']['mean']:+.0%}",
+             f"{row['cpu_seconds']['max']:.1f}"] for row in family_summary(runs)]
     gaps = [r["gap"] for r in runs]
-    table.add_row("all", str(len(runs)), f"{sum(g <= 0.01 for g in gaps) / len(gaps):.0%}",
-                  *(f"{_stats(gaps)[k]:.2%}" for k in ("mean", "p95", "max")), "", "", "",
-                  style="bold")
-    console.print(table)
+    rows.append(["all", str(len(runs)), f"{sum(g <= 0.01 for g in gaps) / len(gaps):.0%}",
+                 *(f"{_stats(gaps)[k]:.2%}" for k in ("mean", "p95", "max")), "", "", ""])
+    harness.print_table(title, ("family", "n", "<=1%", "mean", "p95", "max", "FF", "FFD",
+                                "CPU s"), rows, bold_rows=[len(rows) - 1])
     console.print("<=1%: share of instances proven within 1%; mean, p95, max: the proven gap, "
                   "(MILP cost - lower bound) / MILP cost, at the time limit; FF, FFD: first fit's "
                   "and first-fit-decreasing's mean cost above the MILP's plan; CPU s: the "
@@ -233,48 +220,39 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="20 random instances, one 200-task instance per family and no "
-                             "mixed sizes")
-    parser.add_argument("--out", type=Path, help="where to write (default: bench/results)")
+    parser = harness.arguments(__doc__, quick="20 random instances, one 200-task instance per "
+                                              "family and no mixed sizes")
     args = parser.parse_args(argv)
-    out = args.out or results_dir("allocation", args.quick)
-    out.mkdir(parents=True, exist_ok=True)
+    run = harness.start("allocation", args)
+    out = run.directory
     # Wide enough for the family tables even when the output is a pipe (80 columns by default).
     console = Console(width=max(Console().width, 100))
-    load_before = _load()
 
     curve = u_curve(console)
     plot_u_curve(curve, out / "u_curve.png")
-    random_summary = random_gaps(20 if args.quick else 100, console)
+    random_summary = random_gaps(20 if args.quick else 100)
     goal_title = (f"(c) goal: 200 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU")
     goal = family_runs(range(1 if args.quick else GOAL_SEEDS), 200, goal_title, console)
     plot_families(goal, out / "families.png", goal_title)
     results: dict[str, Any] = {
-        "load_average_before": load_before,
+        "load_average_before": run.load_at_start,
         "u_curve": curve,
         "random": random_summary,
         "goal": {"runs": goal, "summary": family_summary(goal)},
-        "load_average_after": _load(),
+        "load_average_after": harness.load_average(),
     }
     # Written now and again after (d), so that a long run's first results are kept.
-    (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
+    run.write_json(results)
     if not args.quick:
         sizes_title = f"(d) 50-400 tasks, every family; MILP limit {MILP_TIME_LIMIT_S:g} s CPU"
         sizes = family_runs(range(100, 100 + SIZE_SEEDS), None, sizes_title, console)
         results["sizes"] = {"runs": sizes, "summary": family_summary(sizes)}
-        results["load_average_after"] = _load()
-        (out / "allocation.json").write_text(json.dumps(results, indent=2) + "\n")
-    console.print(f"load average (1, 5, 15 min) before {load_before}, after "
+        results["load_average_after"] = harness.load_average()
+        run.write_json(results)
+    console.print(f"load average (1, 5, 15 min) before {run.load_at_start}, after "
                   f"{results['load_average_after']}; the limit is CPU time, so load stretches "
                   "wall time only")
-    console.print(f"wrote {out / 'u_curve.png'}, {out / 'families.png'} and "
-                  f"{out / 'allocation.json'}")
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+    console.print(f"plots: {out / 'u_curve.png'}, {out / 'families.png'}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ good page requested exactly once, every URL fetched or recorded with a reason.
 
     .venv/bin/python -m bench.chaos [--scenarios drip gzip_bomb ...] [--parallel 4] [--json PATH]
 
+The crawls run through `runtime.trial` (tests/test_hostile.py crawls the same scenarios all at
+once with it, on fast settings).
+
 Goals: no crashes, no page lost, no duplicates, peak RSS under 500 MB with the 1 GB body and
 the gzip bomb. Size limits are the defaults (10 MB); timeouts and retries are shortened so
 that the run takes minutes, not hours (see CHAOS_SETTINGS).
@@ -26,8 +29,6 @@ that the run takes minutes, not hours (see CHAOS_SETTINGS).
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import resource
 import shutil
@@ -42,13 +43,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from crawler.config import CrawlConfig
-from crawler.fetching.politeness import is_retryable
 from crawler.scope.traps import url_family
-from crawler.scope.urls import canonical_url, host_key
-from runtime.backends import start_fleet
-from runtime.fleet import single_node
-from storage.views import connect
+from runtime.trial import analyse, trial_crawl
 from websim import WebSim, WebSpec
 from websim.hostile import SCENARIOS
 
@@ -89,54 +87,6 @@ class CrawlReport:
     families: dict[str, int] | None = None  # requests per URL family, most first
 
 
-def crawl_in_process(
-    seeds: list[str],
-    scope: list[str],
-    out_dir: Path,
-    config: CrawlConfig,
-    allow_private: bool = True,
-    timeout_s: float = RUN_TIMEOUT_S,
-) -> tuple[Path, bool]:
-    """Crawl with one in-process node owning every server in `scope`; returns the crawl
-    directory and whether the crawl finished within `timeout_s`."""
-    seeds = [canonical_url(seed) for seed in seeds]
-    hosts = sorted(set(scope) | {host_key(seed) for seed in seeds})
-    plan = single_node("chaos", str(out_dir), config, hosts, allow_private)
-    fleet = start_fleet(plan, "inprocess")
-    coordinator = fleet.coordinator()
-    coordinator.seed(seeds)
-    # The coordinator has no deadline of its own; a crawl that never ends is a finding here.
-    driver = threading.Thread(target=coordinator.run, kwargs={"poll_s": 0.02}, daemon=True)
-    driver.start()
-    driver.join(timeout_s)
-    fleet.stop()
-    return out_dir / "chaos", not driver.is_alive()
-
-
-def analyse(crawl_dir: Path, seeds: list[str], expected: set[str]) -> dict[str, Any]:
-    """What the output says: error classes, expected pages fetched, lost, duplicates."""
-    con = connect(crawl_dir)
-    rows = con.execute(
-        "SELECT url, fetch_status, error FROM fetches WHERE url_path <> '/robots.txt'"
-    ).fetchall()
-    ok = {url for url, status, error in rows if error is None and 200 <= (status or 0) < 300}
-    finals = Counter(url for url, status, error in rows if not is_retryable(status, error))
-    known = {url for (url,) in con.execute("SELECT DISTINCT url FROM discovered").fetchall()}
-    known |= {canonical_url(seed) for seed in seeds}
-    outcome = Counter(
-        error.split(":", 1)[0] if error else f"HTTP {status}"
-        for _, status, error in rows
-        if error or (status or 0) >= 300
-    )
-    return {
-        "outcome": dict(outcome.most_common()),
-        "fetched": len(expected & ok),
-        "expected": len(expected),
-        "lost": sorted((expected - ok) | (known - set(finals))),
-        "duplicates": sum(1 for count in finals.values() if count > 1),
-    }
-
-
 def _run(
     seeds: list[str], scope: list[str], expected: list[str], settings: dict[str, Any]
 ) -> CrawlReport:
@@ -146,7 +96,9 @@ def _run(
     out_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
     started = time.monotonic()
     try:
-        crawl_dir, finished = crawl_in_process(seeds, scope, out_dir, CrawlConfig(**settings))
+        crawl_dir, finished = trial_crawl(
+            seeds, scope, out_dir, CrawlConfig(**settings), timeout_s=RUN_TIMEOUT_S
+        )
         seconds = time.monotonic() - started
         # Read before the analysis: DuckDB's memory is not the node's.
         peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
@@ -262,11 +214,11 @@ def print_hostile_site(result: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.arguments(__doc__)
     parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, ALL, DEFAULTS_CLI])
     parser.add_argument("--parallel", type=int, default=4, help="crawls at once")
-    parser.add_argument("--json", type=Path, help="write the reports here")
     args = parser.parse_args()
+    run = harness.start("chaos", args)
     names = args.scenarios or [*SCENARIOS, ALL, DEFAULTS_CLI]
 
     spec = WebSpec(
@@ -315,19 +267,16 @@ def main() -> None:
 
     header = ["scenario", "outcome", "pages", "lost", "dup", "requests", "top family", "crash"]
     header += ["peak MB", "s"]
-    table = [header] + [[name, *_cell(report)] for name, report in reports.items()]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    rows = [[name, *_cell(report)] for name, report in reports.items()]
+    harness.print_table(None, header, rows, text_columns=(0, 1, 6))
     print(f"requests to the out-of-scope redirect target (one-scenario runs): {len(offsite)}")
     print(f"settings: {CHAOS_SETTINGS}, the rest defaults")
     if hostile_site is not None:
         print_hostile_site(hostile_site)
-    if args.json:
-        results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
-        if hostile_site is not None:
-            results[DEFAULTS_CLI] = hostile_site
-        args.json.write_text(json.dumps(results, indent=2))
+    results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
+    if hostile_site is not None:
+        results[DEFAULTS_CLI] = hostile_site
+    run.write_json(results)
 
 
 if __name__ == "__main__":

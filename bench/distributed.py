@@ -42,8 +42,6 @@ blocking calls take.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import shutil
@@ -55,9 +53,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-from bench import results_dir
+from bench import harness
 from crawler.cluster.coordinator import Progress
 from crawler.config import config_from_dict, with_overrides
 from crawler.node import NodeStatus
@@ -65,10 +63,6 @@ from runtime.backends import start_fleet
 from runtime.fleet import FleetPlan, LoneNode
 from runtime.ray_backend import LOCAL_RAY
 from websim import WebSim, WebSpec
-
-matplotlib.use("Agg")  # files only: no display on servers and CI
-
-import matplotlib.pyplot as plt  # noqa: E402
 
 WEB = WebSpec(
     hosts=40,
@@ -178,37 +172,14 @@ class CpuTimes:
     crawl: float
 
 
-def _process_stats() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, CPU ticks of the process and of its children it has reaped)."""
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                text = stat.read()
-        except OSError:
-            continue  # gone meanwhile
-        # The name (field 2) is in parentheses and may hold spaces: split after it.
-        fields = text[text.rindex(")") + 2 :].split()
-        # Fields 4 (ppid) and 14-17 (utime, stime, cutime, cstime), counted from 1.
-        stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
-    return stats
-
-
 def crawl_ticks(exclude: int | None) -> int:
-    """CPU ticks of this process's tree, the subtree rooted at `exclude` left out."""
-    stats = _process_stats()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    total, stack = 0, [os.getpid()]
-    while stack:
-        pid = stack.pop()
-        if pid == exclude or pid not in stats:
-            continue
-        total += stats[pid][1]
-        stack += children.get(pid, [])
+    """CPU ticks of this process's tree (each process's own and those of the children it has
+    reaped), the subtree rooted at `exclude` left out."""
+    total = 0
+    for pid in harness.process_tree(os.getpid(), exclude):
+        stat = harness.proc_stat(pid)
+        if stat is not None:  # else gone meanwhile
+            total += sum(int(field) for field in stat[11:15])  # utime, stime, cutime, cstime
     return total
 
 
@@ -220,9 +191,10 @@ def cpu_times(sim: WebSim) -> CpuTimes:
             user, nice, system, _idle, _iowait, irq, softirq, steal = (
                 int(field) for field in stat.readline().split()[1:9]
             )
-        with open(f"/proc/{sim.pid}/stat") as stat:
-            # Fields 14 and 15: user and system time; the name (field 2) has no spaces here.
-            websim = sum(int(field) for field in stat.read().split()[13:15])
+        websim_stat = harness.proc_stat(sim.pid)
+        if websim_stat is None:
+            raise OSError(f"websim's process {sim.pid} is gone")
+        websim = sum(int(field) for field in websim_stat[11:13])  # utime, stime
         crawl = crawl_ticks(exclude=sim.pid)
     except (OSError, ValueError):
         return CpuTimes(math.nan, math.nan, math.nan, math.nan)  # unknown: the table prints nan
@@ -273,13 +245,12 @@ def plot(sweep: dict[int, dict[str, Any]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs, one round")
+    parser = harness.arguments(__doc__, quick="shorter runs, one round")
     parser.add_argument("--seconds", type=float, help="per crawl (default 15, quick 8)")
     parser.add_argument("--rounds", type=int, help="runs per case, median kept (default 3)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--png", type=Path, help="the batch-size plot (default: bench/results)")
+    parser.add_argument("--png", type=Path, help="the batch-size plot (default: beside the JSON)")
     args = parser.parse_args()
+    run = harness.start("distributed", args)
     seconds = args.seconds or (8.0 if args.quick else 15.0)
     rounds = args.rounds or (1 if args.quick else 3)
     import ray
@@ -313,27 +284,38 @@ def main() -> None:
         sweep = rounds_of(
             rounds, [(batch, delayed(2, {"exchange": {"batch": batch}})) for batch in BATCHES]
         )
-    print(
-        f"{'nodes':>5} {'variant':<7} {'pages/s':>8} {'calls/page':>10} {'x none':>7}"
-        f" {'batch':>6} {'cache hits':>10} {'moved':>6} {'stolen':>6}"
+    harness.print_table(
+        f"the variants, {DELAY_S * 1000:.0f} ms on every call to shared state",
+        ["nodes", "variant", "pages/s", "calls/page", "x none", "batch", "cache hits", "moved"]
+        + ["stolen"],
+        [
+            [
+                str(nodes),
+                name,
+                f"{r['pages_per_s']:.1f}",
+                f"{r['remote_calls_per_page']:.3f}",
+                f"{r['pages_per_s'] / table[nodes, 'none']['pages_per_s']:.2f}",
+                f"{r['mean_batch']:.1f}",
+                f"{r['cache_hit_rate']:.0%}",
+                str(r["hosts_moved"]),
+                f"{r['stolen_cpus']:.2f}",
+            ]
+            for (nodes, name), r in table.items()
+        ],
+        text_columns=(1,),
     )
-    for (nodes, name), r in table.items():
-        baseline = table[nodes, "none"]["pages_per_s"]
-        print(
-            f"{nodes:>5} {name:<7} {r['pages_per_s']:>8.1f}"
-            f" {r['remote_calls_per_page']:>10.3f} {r['pages_per_s'] / baseline:>7.2f}"
-            f" {r['mean_batch']:>6.1f} {r['cache_hit_rate']:>10.0%} {r['hosts_moved']:>6}"
-            f" {r['stolen_cpus']:>6.2f}"
-        )
-    print(f"\nthroughput against batch size (2 nodes, both, {DELAY_S * 1000:.0f} ms delay)")
-    for batch, r in sweep.items():
-        print(
-            f"batch {batch:>4}: {r['pages_per_s']:>7.1f} pages/s,"
-            f" {r['remote_calls_per_page']:.3f} calls/page"
-        )
-    png = args.png or results_dir("distributed", args.quick) / "throughput_vs_batch.png"
+    harness.print_table(
+        f"throughput against batch size (2 nodes, both, {DELAY_S * 1000:.0f} ms delay)",
+        ["batch", "pages/s", "calls/page"],
+        [
+            [str(batch), f"{r['pages_per_s']:.1f}", f"{r['remote_calls_per_page']:.3f}"]
+            for batch, r in sweep.items()
+        ],
+        text_columns=(),
+    )
+    png = args.png or run.directory / "throughput_vs_batch.png"
     plot(sweep, png)
-    print(f"wrote {png}")
+    print(f"plot: {png}")
     print("\nunthrottled web (no delay, no latency, no rate limits), both optimizations")
     with WebSim(UNTHROTTLED) as sim:
         scaled = rounds_of(rounds, [(n, partial(crawl, sim, n, {}, seconds)) for n in (1, 2)])
@@ -349,8 +331,8 @@ def main() -> None:
     scaling = {str(n): r["pages_per_s"] for n, r in scaled.items()}
     print(f"scaling 2 nodes / 1 node: {scaling['2'] / scaling['1']:.2f}x")
     ray.shutdown()
-    if args.json:
-        report = {
+    run.write_json(
+        {
             "variants": [
                 {
                     "nodes": nodes,
@@ -366,9 +348,7 @@ def main() -> None:
             # The 2-node run: each node's process alone, its least efficient one.
             "pages_per_cpu_s": min(scaled[2]["pages_per_cpu_s"]),
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    )
 
 
 if __name__ == "__main__":

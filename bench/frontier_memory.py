@@ -22,16 +22,14 @@ per second).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import heapq
-import json
 import random
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench import harness
 from crawler.config import CrawlConfig
 from crawler.scheduling.frontier import Frontier
 from crawler.scheduling.quality import PageRankQuality
@@ -206,11 +204,11 @@ def peak(seconds: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.arguments(__doc__)
     parser.add_argument("--urls", type=int, default=1_000_000, help="queued URLs to reach")
     parser.add_argument("--peak-seconds", type=float, default=10.0)
-    parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    run = harness.start("frontier_memory", args)
     scaled = scale(args.urls)
     print(
         f"frontier: {scaled['queued_urls']:,} URLs queued over {SERVERS:,} servers "
@@ -222,7 +220,7 @@ def main() -> None:
     print(
         f"memory: {scaled['rss_growth_bytes'] / 2**20:,.0f} MiB resident, "
         f"{scaled['bytes_per_queued_url']:.0f} bytes per queued URL, "
-        f"{per_million / GIB:.2f} GiB per 1,000,000 [{'ok' if memory_ok else 'MISSED'}]"
+        f"{per_million / GIB:.2f} GiB per 1,000,000 [{harness.verdict(memory_ok)}]"
     )
     print(f"scheduling: {scaled['scheduling_cpu_us_per_page']:.0f} us CPU per fetched page")
     top = peak(args.peak_seconds)
@@ -235,18 +233,16 @@ def main() -> None:
     print(
         f"scheduling at the peak rate: {100 * share:.1f}% of a core "
         f"({100 * scaled['scheduling_cpu_us_per_page'] / 1000 / top['cpu_ms_per_page']:.1f}% "
-        f"of the node's CPU per page) [{'ok' if cpu_ok else 'MISSED'}]"
+        f"of the node's CPU per page) [{harness.verdict(cpu_ok)}]"
     )
-    if args.json:
-        document = {
+    run.write_json(
+        {
             "scale": scaled,
             "peak": top,
             "scheduling_cpu_share_at_peak": round(share, 4),
             "goals": {"memory": memory_ok, "cpu": cpu_ok},
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"figures: {args.json}")
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,6 @@ in-link known) ranks pages worse than the order of discovery does, which FIFO qu
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -52,22 +50,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench import results_dir
+from bench import harness
 from crawler.config import CrawlConfig
 from crawler.scheduling.policies import POLICIES
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from websim import WebSim, WebSpec
 from websim.truth import page_urls
-
-matplotlib.use("Agg")  # files only: no display on servers and CI
-
-import matplotlib.pyplot as plt  # noqa: E402
 
 QUALITIES = ("pagerank", "zipf")
 FRACTIONS = {"0.3": 0.3, "0.33": 1 / 3, "0.5": 0.5, "1.0": 1.0}
@@ -167,7 +161,7 @@ def score(
     }
 
 
-def run(spec: WebSpec, budget_s: float, work: Path) -> list[dict[str, Any]]:
+def crawl_and_score(spec: WebSpec, budget_s: float, work: Path) -> list[dict[str, Any]]:
     """Every crawl, scored; the crawler's own-PageRank runs have `"source": "incremental"`."""
     runs: list[dict[str, Any]] = []
     with WebSim(spec) as sim:
@@ -204,30 +198,37 @@ def run(spec: WebSpec, budget_s: float, work: Path) -> list[dict[str, Any]]:
 
 def print_table(runs: list[dict[str, Any]]) -> dict[str, bool]:
     keys = list(FRACTIONS)
-    heads = " ".join(f"{'@' + k:>7}" for k in keys)
-    print(
-        f"\n{'policy':<12} {'quality':<22} pages {heads}   quality share {heads}"
-        "   after half the pages"
-    )
+    rows = []
     for r in runs:
-        pages = " ".join(f"{r['pages_at'][k]:>7}" for k in keys)
-        shares = " ".join(f"{100 * r['quality_share_at'][k]:>6.1f}%" for k in keys)
         label = r["quality"] + (" (own PageRank)" if r["source"] == "incremental" else "")
         half = r["quality_share_at_half_pages"]
-        at_half = f"{100 * half:>6.1f}%" if half is not None else "  (not reached)"
-        print(f"{r['policy']:<12} {label:<22}       {pages}                 {shares}   {at_half}")
+        rows.append(
+            [r["policy"], label]
+            + [str(r["pages_at"][k]) for k in keys]
+            + [f"{100 * r['quality_share_at'][k]:.1f}%" for k in keys]
+            + [f"{100 * half:.1f}%" if half is not None else "(not reached)"]
+        )
+    harness.print_table(
+        "pages, and share of the total quality, at a share of the budget",
+        ["policy", "quality"]
+        + [f"pages @{k}" for k in keys]
+        + [f"quality @{k}" for k in keys]
+        + ["after half the pages"],
+        rows,
+        text_columns=(0, 1),
+    )
     by = {(r["policy"], r["quality"]): r for r in runs if r["source"] != "incremental"}
     ratio = by["performance", "pagerank"]["pages_at"]["0.5"] / max(
         1, by["bfs", "pagerank"]["pages_at"]["0.5"]
     )
     checks = {"performance_over_bfs_at_half": ratio >= GOALS["performance_over_bfs_at_half"]}
     print(f"\nperformance-first / breadth-first pages at 1/2 budget: {ratio:.2f}x", end=" ")
-    print(f"[{'ok' if checks['performance_over_bfs_at_half'] else 'MISSED'}]")
+    print(f"[{harness.verdict(checks['performance_over_bfs_at_half'])}]")
     for kind in QUALITIES:
         best = max(POLICIES, key=lambda p: by[p, kind]["quality_share_at"]["0.33"])
         ok = best == "capability"
         checks[f"capability_best_at_third_{kind}"] = ok
-        print(f"most {kind} quality at 1/3 budget: {best} [{'ok' if ok else 'MISSED'}]")
+        print(f"most {kind} quality at 1/3 budget: {best} [{harness.verdict(ok)}]")
     own = {r["policy"]: r for r in runs if r["source"] == "incremental"}
     # With the crawler's own PageRank, the quality-blind policies compete as they are.
     own_runs = {p: own.get(p, by[p, "pagerank"]) for p in POLICIES}
@@ -242,7 +243,7 @@ def print_table(runs: list[dict[str, Any]]) -> dict[str, bool]:
     checks["capability_pagerank_share_at_0.3"] = share >= goal
     print(
         f"crawl-capability PageRank share at 0.3 budget: {100 * share:.1f}% "
-        f"[{'ok' if share >= goal else 'MISSED'}]"
+        f"[{harness.verdict(share >= goal)}]"
     )
     return checks
 
@@ -296,29 +297,24 @@ def plot(runs: list[dict[str, Any]], budget_s: float, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller web and budget")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser = harness.arguments(__doc__, quick="a smaller web and budget")
     parser.add_argument("--png", type=Path, help="the plot (default: next to the JSON)")
     parser.add_argument("--budget", type=float, help="time budget per crawl, seconds")
     args = parser.parse_args()
+    run = harness.start("policies", args)
     size = "quick" if args.quick else "full"
     budget_s = args.budget or BUDGET_S[size]
     work = Path(tempfile.mkdtemp(prefix="bench-policies-"))
     try:
-        runs = run(WEBS[size], budget_s, work)
+        runs = crawl_and_score(WEBS[size], budget_s, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     checks = print_table(runs)
-    png = args.png or (
-        args.json.with_suffix(".png")
-        if args.json
-        else results_dir("policies", args.quick) / "policies.png"
-    )
+    png = args.png or run.result_file.with_suffix(".png")
     plot(runs, budget_s, png)
     print(f"plot: {png}")
-    if args.json:
-        document = {
+    run.write_json(
+        {
             "budget_s": budget_s,
             "web": {
                 "hosts": WEBS[size].hosts,
@@ -332,9 +328,7 @@ def main() -> None:
                 {k: r[k] for k in RUN_KEYS} for r in runs if r["source"] == "incremental"
             ],
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"figures: {args.json}")
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ fixed polite delay drew none but took 5x the bound. `--modes` also runs the fixe
 controllers, told the lowest limit (5/s) as a careful operator would be, and `back-to-back`
 (no delay: what a crawler without a delay signal does to a server that never says no).
 Writes `host_rates.png` (achieved rate per rate-limited host against its hidden limit) and
-`degrading.png` (RTT and rate per degrading host against the ground truth) next to the JSON,
-or into bench/results/politeness/.
+`degrading.png` (RTT and rate per degrading host against the ground truth) next to the JSON
+(by default in bench/results/politeness/).
 
 Over 400 lines because it is one benchmark of two webs: each web's ground truth, run,
 measures, table and plot are only meaningful side by side with the other's, and nothing else
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -61,7 +60,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import results_dir
+from bench import harness
 from crawler.scope.urls import host_key
 from storage.plots import plot_host_rates
 from storage.views import connect
@@ -217,7 +216,7 @@ def run_crawl(
     from crawler.request import CrawlRequest
     from flows.crawl import crawl
 
-    load_before = os.getloadavg()[0]
+    load_before = harness.load_average()[0]
     started = time.monotonic()
     summary = crawl(
         CrawlRequest(
@@ -231,7 +230,8 @@ def run_crawl(
         )
     )
     wall_s = time.monotonic() - started
-    return Path(summary["out_dir"]), wall_s, (round(load_before, 1), round(os.getloadavg()[0], 1))
+    load_after = harness.load_average()[0]
+    return Path(summary["out_dir"]), wall_s, (round(load_before, 1), round(load_after, 1))
 
 
 def measure(
@@ -361,26 +361,31 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
         if mode == HELD
         else f"mode {mode}"
     )
-    print(f"\n{what} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes")
-    print(
-        f"{'host':<22} {'pages':>5} {'unloaded':>8} {'median':>7} {'p95':>7} {'med/unl':>7} "
-        f"{'server med/unl':>14} {'achieved/s':>10} {'1.5x at/s':>9} {'2x at/s':>8} "
-        f"{'ach/1.5x':>8}"
+
+    def cell(value: Any, spec: str, unit: str = "") -> str:
+        return "-" if value is None else format(value, spec) + unit
+
+    harness.print_table(
+        f"{what} on degrading hosts: Prefect flow `crawl`, local Ray, {NODES} nodes",
+        ["host", "pages", "unloaded", "median", "p95", "med/unl", "server med/unl"]
+        + ["achieved/s", "1.5x at/s", "2x at/s", "ach/1.5x"],
+        [
+            [
+                h["host"],
+                str(h["pages"]),
+                f"{h['unloaded_ms']:.1f}ms",
+                cell(h["median_ms"], ".1f", "ms"),
+                cell(h["p95_ms"], ".1f", "ms"),
+                cell(h["median_over_unloaded"], ".2f"),
+                cell(h["server_median_over_unloaded"], ".2f"),
+                cell(h["achieved_rps"], ".2f"),
+                f"{h['rate_1_5x_rps']:.2f}",
+                f"{h['rate_2x_rps']:.2f}",
+                cell(h["achieved_over_1_5x"], ".2f"),
+            ]
+            for h in result["hosts"]
+        ],
     )
-    for h in result["hosts"]:
-
-        def cell(value: Any, spec: str) -> str:
-            return "-" if value is None else format(value, spec)
-
-        print(
-            f"{h['host']:<22} {h['pages']:>5} {h['unloaded_ms']:>6.1f}ms "
-            f"{cell(h['median_ms'], '>5.1f')}ms {cell(h['p95_ms'], '>5.1f')}ms "
-            f"{cell(h['median_over_unloaded'], '>7.2f')} "
-            f"{cell(h['server_median_over_unloaded'], '>14.2f')} "
-            f"{cell(h['achieved_rps'], '>10.2f')} "
-            f"{h['rate_1_5x_rps']:>9.2f} {h['rate_2x_rps']:>8.2f} "
-            f"{cell(h['achieved_over_1_5x'], '>8.2f')}"
-        )
     worst = result["worst_median_over_unloaded"]
     worst_server = result["worst_server_median_over_unloaded"]
     speed = result["speed_vs_held_at_1.5x"]
@@ -389,11 +394,11 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
     speed_ok = speed is not None and speed >= GOALS["speed_vs_held_at_1.5x"]
     print(
         f"worst median RTT / unloaded: as the crawler measured it {worst} "
-        f"[{'ok' if rtt_ok else 'MISSED'}], at the server {worst_server} "
-        f"[{'ok' if server_ok else 'MISSED'}]  "
+        f"[{harness.verdict(rtt_ok)}], at the server {worst_server} "
+        f"[{harness.verdict(server_ok)}]  "
         f"crawl {result['crawl_s']}s, the crawl held at the 1.5x rates (oracle Crawl-delay) "
         f"{result['held_at_1_5x_s']}s (pages / 1.5x rate: {result['pages_over_1_5x_rate_s']}s): "
-        f"{speed} as fast [{'ok' if speed_ok else 'MISSED'}]  coverage "
+        f"{speed} as fast [{harness.verdict(speed_ok)}]  coverage "
         f"{100 * result['coverage']:.2f}%  429/503 {100 * result['ban_share']:.2f}%  "
         f"load average {result['load_average_before_after']}"
     )
@@ -402,9 +407,6 @@ def print_degrading(mode: str, result: dict[str, Any]) -> None:
 def plot_degrading(result: dict[str, Any], path: Path, mode: str) -> Path:
     """Two panels per host: RTT during the crawl over the unloaded RTT (median, p95) against
     the 1.5x goal; achieved rate against the rates where the RTT reaches 1.5x and 2x."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
     import matplotlib.pyplot as plt
 
     hosts = result["hosts"]
@@ -446,30 +448,38 @@ def plot_degrading(result: dict[str, Any], path: Path, mode: str) -> Path:
 
 
 def print_result(mode: str, result: dict[str, Any]) -> None:
-    print(f"\nmode {mode}: Prefect flow `crawl`, local Ray, {NODES} nodes")
-    print(
-        f"{'host':<22} {'pages':>6} {'lat ms':>6} {'limit/s':>8} {'achieved/s':>10} "
-        f"{'ach/lim':>7} {'429/503':>8} {'pages/limit s':>13}"
-    )
+    rows = []
     for h in sorted(result["hosts"], key=lambda h: -h["pages_over_limit_s"]):
         achieved = h["achieved_rps"]
-        ratio = f"{achieved / h['limit_rps']:.2f}" if achieved is not None else "-"
-        print(
-            f"{h['host']:<22} {h['pages']:>6} {h['latency_ms']:>6} {h['limit_rps']:>8.1f} "
-            f"{achieved if achieved is not None else '-':>10} {ratio:>7} "
-            f"{100 * h['ban_share']:>7.2f}% {h['pages_over_limit_s']:>13.1f}"
+        rows.append(
+            [
+                h["host"],
+                str(h["pages"]),
+                str(h["latency_ms"]),
+                f"{h['limit_rps']:.1f}",
+                str(achieved) if achieved is not None else "-",
+                f"{achieved / h['limit_rps']:.2f}" if achieved is not None else "-",
+                f"{100 * h['ban_share']:.2f}%",
+                f"{h['pages_over_limit_s']:.1f}",
+            ]
         )
+    harness.print_table(
+        f"mode {mode}: Prefect flow `crawl`, local Ray, {NODES} nodes",
+        ["host", "pages", "lat ms", "limit/s", "achieved/s", "ach/lim", "429/503"]
+        + ["pages/limit s"],
+        rows,
+    )
     checks = {
         "coverage": result["coverage"] >= GOALS["coverage"],
         "ban_share": result["ban_share"] <= GOALS["ban_share"],
         "time_over_bound": result["time_over_bound"] <= GOALS["time_over_bound"],
     }
     print(
-        f"coverage {100 * result['coverage']:.2f}% [{'ok' if checks['coverage'] else 'MISSED'}]"
+        f"coverage {100 * result['coverage']:.2f}% [{harness.verdict(checks['coverage'])}]"
         f"  429/503 {result['bans']}/{result['answers']} = {100 * result['ban_share']:.2f}% "
-        f"[{'ok' if checks['ban_share'] else 'MISSED'}]"
+        f"[{harness.verdict(checks['ban_share'])}]"
         f"  crawl {result['crawl_s']}s / bound {result['bound_s']}s = "
-        f"{result['time_over_bound']:.2f} [{'ok' if checks['time_over_bound'] else 'MISSED'}]"
+        f"{result['time_over_bound']:.2f} [{harness.verdict(checks['time_over_bound'])}]"
         f"  (flow wall time {result['flow_wall_s']}s, load average "
         f"{result['load_average_before_after']})"
     )
@@ -509,12 +519,20 @@ def run_rate_limited(
             )
             print(f"plot: {png}")
     if len(results) > 1:
-        print(f"\n{'mode':<13} {'coverage':>9} {'429/503':>8} {'crawl s':>8} {'/bound':>7}")
-        for mode, r in results.items():
-            print(
-                f"{mode:<13} {100 * r['coverage']:>8.2f}% {100 * r['ban_share']:>7.2f}% "
-                f"{r['crawl_s']:>8.1f} {r['time_over_bound']:>7.2f}"
-            )
+        harness.print_table(
+            "rate-limited web, every mode",
+            ["mode", "coverage", "429/503", "crawl s", "/bound"],
+            [
+                [
+                    mode,
+                    f"{100 * r['coverage']:.2f}%",
+                    f"{100 * r['ban_share']:.2f}%",
+                    f"{r['crawl_s']:.1f}",
+                    f"{r['time_over_bound']:.2f}",
+                ]
+                for mode, r in results.items()
+            ],
+        )
     return results
 
 
@@ -555,22 +573,24 @@ def run_degrading(
             png = plot_degrading(results[mode], plots_dir / f"degrading{suffix}.png", mode)
             print(f"plot: {png}")
     if len(results) > 1:
-        print(
-            f"\n{'mode':<13} {'worst median/unloaded':>21} {'at the server':>13} "
-            f"{'speed vs 1.5x':>13}"
+        harness.print_table(
+            "degrading web, every mode",
+            ["mode", "worst median/unloaded", "at the server", "speed vs 1.5x"],
+            [
+                [
+                    mode,
+                    str(r["worst_median_over_unloaded"]),
+                    str(r["worst_server_median_over_unloaded"]),
+                    str(r["speed_vs_held_at_1.5x"]),
+                ]
+                for mode, r in results.items()
+            ],
         )
-        for mode, r in results.items():
-            print(
-                f"{mode:<13} {r['worst_median_over_unloaded']:>21} "
-                f"{r['worst_server_median_over_unloaded']:>13} {r['speed_vs_held_at_1.5x']:>13}"
-            )
     return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller webs")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser = harness.arguments(__doc__, quick="smaller webs")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["adaptive"])
     parser.add_argument(
         "--webs",
@@ -588,8 +608,8 @@ def main() -> None:
         help="hosts' latency in websim's timer, not on the wire (no root needed)",
     )
     args = parser.parse_args()
-    plots_dir = args.json.parent if args.json else results_dir("politeness", args.quick)
-    plots_dir.mkdir(parents=True, exist_ok=True)
+    run = harness.start("politeness", args)
+    plots_dir = run.directory
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="politeness-"))
     document: dict[str, Any] = {"runner": "prefect flow, local ray", "mode": args.modes[0]}
     # The hosts' latency is the network's: on a delay line, where the crawler's TCP handshakes
@@ -607,9 +627,7 @@ def main() -> None:
     finally:
         if args.keep is None:
             shutil.rmtree(out_dir, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"json: {args.json}")
+    run.write_json(document)
 
 
 def run_webs(

@@ -34,28 +34,23 @@ warcio reads every WARC file written and DuckDB finds every record by its
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import matplotlib
+import matplotlib.pyplot as plt
 from warcio.archiveiterator import ArchiveIterator
 
-from bench import results_dir
+from bench import harness
 from crawler.config import CrawlConfig
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 _COMMON: dict[str, Any] = {
     "rate_limit_rps": None,
@@ -169,7 +164,7 @@ def check_warc(out: Path) -> dict[str, int]:
     return {"files": files, "records": records, "rows": len(rows), "rows_found": found}
 
 
-def run(spec: WebSpec, work: Path) -> dict[str, Any]:
+def run_nights(spec: WebSpec, work: Path) -> dict[str, Any]:
     with WebSim(spec) as sim:
         url_page = {sim.url_of(page): page for page in range(sim.web.n_pages)}
         reachable = sim.reachable_allowed_urls()
@@ -263,13 +258,24 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any], checks: dict[str, Any]) -> None:
-    header = ("night", "arm", "requests", "MB", "304 share", "changed", "stale", "caught")
-    print(" ".join(f"{h:>10}" for h in header))
-    for r in result["rows"]:
-        print(
-            f"{r['night']:>10} {r['arm']:>10} {r['requests']:>10} {r['bytes'] / 1e6:>10.2f} "
-            f"{r['share_304']:>10.2f} {r['changed']:>10} {r['stale']:>10} {r['caught']:>10}"
-        )
+    harness.print_table(
+        None,
+        ("night", "arm", "requests", "MB", "304 share", "changed", "stale", "caught"),
+        [
+            [
+                str(r["night"]),
+                r["arm"],
+                str(r["requests"]),
+                f"{r['bytes'] / 1e6:.2f}",
+                f"{r['share_304']:.2f}",
+                str(r["changed"]),
+                str(r["stale"]),
+                str(r["caught"]),
+            ]
+            for r in result["rows"]
+        ],
+        text_columns=(1,),
+    )
     print(f"budget of the budgeted arms: {result['budget']} of {result['urls_night_1']} URLs")
     for arm, w in result["warc"].items():
         print(
@@ -309,32 +315,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller web")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser = harness.arguments(__doc__, quick="a smaller web")
     parser.add_argument("--png", type=Path, help="the plot (default: next to the JSON)")
     args = parser.parse_args()
+    run = harness.start("recrawl", args)
     size = "quick" if args.quick else "full"
     work = Path(tempfile.mkdtemp(prefix="bench-recrawl-"))
     try:
-        result = run(WEBS[size], work)
+        result = run_nights(WEBS[size], work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     checks = goals(result)
     print_table(result, checks)
-    directory = results_dir("recrawl", args.quick)
-    png = args.png or (args.json.with_suffix(".png") if args.json else directory / "recrawl.png")
+    png = args.png or run.result_file.with_suffix(".png")
     plot(result, png)
     print(f"plot: {png}")
-    json_path = args.json or directory / "recrawl.json"
-    document = {
-        "web": {"hosts": WEBS[size].hosts, "pages": WEBS[size].pages},
-        "goals": checks,
-        **result,
-    }
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"figures: {json_path}")
+    run.write_json(
+        {"web": {"hosts": WEBS[size].hosts, "pages": WEBS[size].pages}, "goals": checks, **result}
+    )
 
 
 if __name__ == "__main__":

@@ -28,10 +28,8 @@ at most 5 s.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
-import json
 import os
 import re
 import statistics
@@ -46,9 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from bench import results_dir
+from bench import harness
 from websim import WebSim, WebSpec
 
 # Two documentation-like sites of 850 pages each, as fast as loopback allows.
@@ -164,29 +161,17 @@ class TreeCpu:
         self.tick = os.sysconf("SC_CLK_TCK")
         self.server_started_s: float | None = None
 
-    def _tree(self) -> set[int]:
-        children: dict[int, list[int]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and (stat := _read_stat(entry.name)) is not None:
-                children.setdefault(int(stat[1]), []).append(int(entry.name))
-        found, stack = {self.root}, [self.root]
-        while stack:
-            for child in children.get(stack.pop(), []):
-                found.add(child)
-                stack.append(child)
-        return found
-
     def sample(self) -> int:
         """Read every process of the tree (and those re-parented away from it); how many
         are still running."""
         running = 0
-        for pid in self._tree() | set(self.last):
-            stat = _read_stat(str(pid))
+        for pid in harness.process_tree(self.root) | set(self.last):
+            stat = harness.proc_stat(pid)
             if stat is None or stat[0] == "Z":
                 continue
             running += 1
             if pid not in self.last and self.server_started_s is None and _is_server(pid):
-                root = _read_stat(str(self.root))
+                root = harness.proc_stat(self.root)
                 if root is not None:
                     self.server_started_s = (int(stat[19]) - int(root[19])) / self.tick
             self.last[pid] = (int(stat[11]) + int(stat[12])) / self.tick
@@ -195,14 +180,6 @@ class TreeCpu:
     @property
     def total_s(self) -> float:
         return sum(self.last.values())
-
-
-def _read_stat(pid: str) -> list[str] | None:
-    """/proc/PID/stat after the command name: state, ppid, ..., utime (11), stime (12)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _is_server(pid: int) -> bool:
@@ -284,7 +261,7 @@ def help_seconds() -> float:
 
 
 def load() -> str:
-    return "/".join(f"{value:.2f}" for value in os.getloadavg())
+    return "/".join(f"{value:.2f}" for value in harness.load_average())
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -297,15 +274,13 @@ def _fmt(value: float | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one cold and one warm run")
+    parser = harness.arguments(__doc__, quick="one cold and one warm run")
     parser.add_argument("--runs", type=int, default=None, help="runs in all (default 6)")
-    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
     runs_wanted = args.runs or (2 if args.quick else 6)
     if runs_wanted < 2:
         parser.error("--runs must be at least 2: one cold run and at least one warm run")
-    json_path = args.json or results_dir("startup", args.quick) / "startup.json"
+    bench_run = harness.start("startup", args)
     console = Console(width=130)
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -331,11 +306,7 @@ def main() -> None:
         help_s = statistics.median(help_seconds() for _ in range(3))
 
     cold, warm = runs[0], runs[1:]
-    table = Table(title=f"crawlflow crawl of {WEB.pages} pages on 2 loopback sites, seconds "
-                        f"(warm: median of {len(warm)} runs)")
-    table.add_column("phase", no_wrap=True)
-    for column in ("first run (new PREFECT_HOME)", "warm median", "warm min", "warm max"):
-        table.add_column(column, justify="right")
+    rows = []
     figures: dict[str, Any] = {"phases": {}, "loads": loads}
     for label, _, _ in PHASES:
         values = [run.phases()[label] for run in warm]
@@ -347,26 +318,35 @@ def main() -> None:
             "warm_max": max(present) if present else None,
         }
         figures["phases"][label] = row
-        table.add_row(label, *(_fmt(v) for v in row.values()))
+        rows.append([label, *(_fmt(v) for v in row.values())])
     overhead = [run.overhead_s for run in warm]
-    table.add_row(
-        "fixed overhead (total minus crawl task)",
-        _fmt(cold.overhead_s),
-        _fmt(statistics.median(overhead)),
-        _fmt(min(overhead)),
-        _fmt(max(overhead)),
+    rows.append(
+        [
+            "fixed overhead (total minus crawl task)",
+            _fmt(cold.overhead_s),
+            _fmt(statistics.median(overhead)),
+            _fmt(min(overhead)),
+            _fmt(max(overhead)),
+        ]
     )
     cpu = [run.cpu_s for run in warm]
     cpu_present = [v for v in cpu if v is not None]
-    table.add_row(
-        "CPU time of the process tree (user + system)",
-        _fmt(cold.cpu_s),
-        _fmt(_median(cpu)),
-        _fmt(min(cpu_present) if cpu_present else None),
-        _fmt(max(cpu_present) if cpu_present else None),
+    rows.append(
+        [
+            "CPU time of the process tree (user + system)",
+            _fmt(cold.cpu_s),
+            _fmt(_median(cpu)),
+            _fmt(min(cpu_present) if cpu_present else None),
+            _fmt(max(cpu_present) if cpu_present else None),
+        ]
     )
-    table.add_row("crawlflow --help (CLI import)", "", _fmt(help_s), "", "")
-    console.print(table)
+    rows.append(["crawlflow --help (CLI import)", "", _fmt(help_s), "", ""])
+    harness.print_table(
+        f"crawlflow crawl of {WEB.pages} pages on 2 loopback sites, seconds "
+        f"(warm: median of {len(warm)} runs)",
+        ["phase", "first run (new PREFECT_HOME)", "warm median", "warm min", "warm max"],
+        rows,
+    )
     figures.update(
         overhead_warm_median_s=statistics.median(overhead),
         cpu_s=[run.cpu_s for run in runs],
@@ -380,8 +360,7 @@ def main() -> None:
         f"goals: total {total:.2f} s (<= 12), fixed overhead "
         f"{figures['overhead_warm_median_s']:.2f} s (<= 5); load during runs: {', '.join(loads)}"
     )
-    json_path.write_text(json.dumps(figures, indent=2))
-    console.print(f"figures: {json_path}")
+    bench_run.write_json(figures)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,11 @@ web's pages (each client its own share, host by host) as fast as the server answ
 fixed time. The table shows what the simulator can serve, so crawler benchmarks know where
 the server, and not the crawler, would become the limit.
 
-    .venv/bin/python -m bench.websim_peak [--seconds 3] [--clients 2 4 8]
+    .venv/bin/python -m bench.websim_peak [--seconds 3] [--clients 2 4 8] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import socket
 import time
@@ -19,6 +18,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import BinaryIO
 
+from bench import harness
 from websim import WebSim, WebSpec
 
 # (label, spec overrides): default-sized pages, then the big pages crawler benchmarks use.
@@ -102,17 +102,37 @@ def _measure(sim: WebSim, clients: int, seconds: float) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.arguments(__doc__)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--clients", type=int, nargs="+", default=[2, 4, 8])
     args = parser.parse_args()
+    run = harness.start("websim_peak", args)
     print(f"websim peak: {_BASE.hosts} hosts, {_BASE.pages} pages, latency 0, no rate limits")
-    print(f"{'pages':<18} {'clients':>7} {'pages/s':>9} {'MB/s':>7}")
+    rows = []
     for label, overrides in _SHAPES:
         with WebSim(replace(_BASE, **overrides)) as sim:
             for clients in args.clients:
                 rate, mbps = _measure(sim, clients, args.seconds)
-                print(f"{label:<18} {clients:>7} {rate:>9.0f} {mbps:>7.1f}", flush=True)
+                rows.append(
+                    {
+                        "pages": label,
+                        "clients": clients,
+                        "pages_per_s": round(rate),
+                        "mb_per_s": round(mbps, 1),
+                    }
+                )
+                print(f"{label}, {clients} clients: {rate:.0f} pages/s", flush=True)
+    harness.print_table(
+        None,
+        ["pages", "clients", "pages/s", "MB/s"],
+        [
+            [r["pages"], str(r["clients"]), str(r["pages_per_s"]), f"{r['mb_per_s']:.1f}"]
+            for r in rows
+        ],
+    )
+    run.write_json(
+        {"seconds": args.seconds, "hosts": _BASE.hosts, "web_pages": _BASE.pages, "rows": rows}
+    )
 
 
 if __name__ == "__main__":

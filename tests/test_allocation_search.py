@@ -26,6 +26,7 @@ from allocation.demand import local_node_types, scope_crawl
 from allocation.first_fit import first_fit
 from allocation.fixed_bins import STEPS_PER_CHECK, BinSearch, pack_on_bins
 from allocation.heuristics import improve, several_ffd
+from allocation.instances import FAMILIES, family_instance
 from allocation.master import restricted_master
 from allocation.milp import OPTIMAL, TIME_LIMIT, MilpResult, solve_milp
 from allocation.model import (
@@ -40,7 +41,6 @@ from allocation.model import (
 )
 from allocation.packing import Packing, packing_cost, packing_of, packing_plan
 from allocation.report import compare, comparison_json, milp_sentence, render
-from bench.allocation_instances import FAMILIES, family_instance
 from tasks.allocate import allocation_description, artifact_rows, plan_rows
 
 
@@ -231,7 +231,7 @@ def test_a_highs_failure_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> N
 def test_highs_prints_nothing() -> None:
     # HiGHS prints its banner once per process unless told not to before its first callback.
     code = ("from allocation.aggregate import solve_aggregate\n"
-            "from bench.allocation_instances import FAMILIES, family_instance\n"
+            "from allocation.instances import FAMILIES, family_instance\n"
             "solve_aggregate(family_instance(FAMILIES[0], seed=0, tasks=20), 5)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

@@ -16,7 +16,6 @@ import pytest
 
 import crawler.node.fetchloop
 import crawler.node.outcome
-from bench.chaos import analyse, crawl_in_process
 from crawler.cluster.coordinator import CrawlFailed
 from crawler.config import CrawlConfig
 from crawler.node.fetchloop import FetchLoop
@@ -24,6 +23,7 @@ from crawler.scope.addresses import AddressGuard
 from crawler.scope.urls import host_key
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
+from runtime.trial import analyse, trial_crawl
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
@@ -100,7 +100,7 @@ def hostile_crawl(hostile_web, tmp_path_factory):
     try:
         seeds = [hostile_web.hostile_url(name) for name in SCENARIOS]
         scope = [hostile_web.hostile_host(name) for name in SCENARIOS]
-        crawl_dir, finished = crawl_in_process(
+        crawl_dir, finished = trial_crawl(
             seeds, scope, tmp_path_factory.mktemp("hostile"), FAST, timeout_s=60
         )
     finally:
@@ -251,7 +251,7 @@ def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkey
 
     monkeypatch.setattr(crawler.node.outcome, "parse_html", parse_or_fail)
     seed = hostile_web.hostile_url("empty_body")
-    crawl_dir, finished = crawl_in_process([seed], [], tmp_path, FAST, timeout_s=30)
+    crawl_dir, finished = trial_crawl([seed], [], tmp_path, FAST, timeout_s=30)
     assert finished
     summary = analyse(crawl_dir, [seed], hostile_web.hostile_expected("empty_body"))
     assert summary["outcome"] == {"internal_error": 1}
@@ -308,7 +308,7 @@ def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, 
     )
     seed = hostile_web.hostile_url("redirect_offsite")
     hostile_web.request_log(clear=True)
-    crawl_dir, finished = crawl_in_process(
+    crawl_dir, finished = trial_crawl(
         [seed], [target], tmp_path, FAST, allow_private=False, timeout_s=30
     )
     assert finished

@@ -1,4 +1,5 @@
-"""Instance generators for the allocation benchmark.
+"""Instance generators: reproducible allocation instances from a seed, for the benchmark
+(bench/allocation.py) and the tests.
 
 Node types are three cloud-like shapes (CPU-heavy, balanced, network-heavy) with prices whose
 ratios follow reserved < on-demand pricing: usage adds about half the reservation, surcharge is
