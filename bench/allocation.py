@@ -1,4 +1,4 @@
-"""Allocation benchmark (SPEC section 5).
+"""Allocation benchmark (docs/allocation.md).
 
 (a) The seed's figure: demand fixed on one node type, first fit's reserved, usage, surcharge and
     total cost against the number of reserved nodes ``R``; the curve should be U-shaped with its

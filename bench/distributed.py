@@ -1,5 +1,5 @@
-"""Distributed crawl benchmark (SPEC §4): the local dedup cache and the batched exchange, each
-on and off, with a delay on every call to shared state.
+"""Distributed crawl benchmark (docs/distributed.md): the local dedup cache and the batched
+exchange, each on and off, with a delay on every call to shared state.
 
 Serves a synthetic web of realistic pages (40 KB, 200 links, 15% of them to other servers) on
 loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does (the

@@ -1,4 +1,5 @@
-"""Scheduling policies benchmark (SPEC §3): pages and page quality fetched within a time budget.
+"""Scheduling policies benchmark (docs/scheduling.md): pages and page quality fetched within a
+time budget.
 
 Serves a synthetic web of 500 servers and 30,000 pages on loopback and crawls it from the
 servers' home pages for a fixed time budget under each policy (breadth-first,
