@@ -23,25 +23,28 @@ rename or fsync) at any point:
    the disk lets us (what stays is garbage by rule 1), and ALL the batch's rows, with their
    WARC records, stay buffered and go out under the next number. So a failed flush never
    renames a file over a committed one, and the writer keeps no state a failure could leave
-   broken (no file is held open between flushes).
+   broken (no file is held open between flushes). Once the commit rename is done, the rows
+   are committed whatever fails next (the directory's sync): they are never written again.
 5. Rows that belong together (a fetch, its page, the links found on it, its WARC records)
    are given in one `record` call and commit in one batch. WARC records are built in memory
-   when recorded and the batch's WARC file is written whole at its commit, so a `fetches`
-   row points only into the WARC file of its own batch, at offsets fixed when that file is
-   written, and every WARC file reads to its end.
+   when recorded (at most WARC_BATCH_BYTES of them: then the batch is due) and the batch's
+   WARC file is written whole at its commit, so a `fetches` row points only into the WARC
+   file of its own batch, at offsets fixed when that file is written, and every WARC file
+   reads to its end.
 6. A WARC file is kept exactly when a committed `fetches` row points into it
    (`storage.warc.discard_uncommitted_warc`).
 7. A failed flush inside `record` is logged and tried again once another batch's worth of
    rows is buffered (or `interval_s` later), the rows kept; after FLUSH_ATTEMPTS failures in
    a row `record` refuses rows (OutputFailed, nothing buffered), so a disk that takes nothing
-   stops the node with at most about FLUSH_ATTEMPTS batches in memory.
-   `flush` raises what the disk said. What a stopped node had not committed is fetched
-   again by the resume or the takeover, as after a kill.
+   stops the node with about FLUSH_ATTEMPTS batches in memory, not its whole crawl. `flush`
+   raises what the disk said. What a stopped node had not committed is fetched again by the
+   resume or the takeover, as after a kill.
 
 Compaction (`storage.compaction`) and the manifest (`storage.manifest`) follow rule 2, and
 compaction decides with a synced journal; see there. The cost is at most 4 file and 4
-directory fsyncs per batch, and a batch commits every `interval_s` or `batch_rows` rows (or
-WARC_BATCH_BYTES of records), never per record.
+directory fsyncs per batch, and a batch commits every `interval_s` or `batch_rows` rows,
+never per record. tests/test_faults.py fails every call that changes the disk, in turn, and
+checks these rules after each.
 """
 
 from __future__ import annotations
