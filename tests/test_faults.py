@@ -772,3 +772,70 @@ def test_a_warc_file_that_committed_rows_point_into_is_kept_whatever_its_name(tm
     assert {p.name for p in removed} == {f"{NODE}-000001.parquet"}
     assert (tmp_path / WARC_DIR / f"{NODE}-000001.warc.gz").exists()
     assert_committed_only(tmp_path, read_output(tmp_path))
+
+
+# ---- a node crawling a web on a failing disk -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_web():
+    from websim import WebSim, WebSpec
+
+    spec = WebSpec(hosts=3, pages=60, seed=3, rate_limit_rps=None, latency_ms=(0.5, 1.0))
+    with WebSim(spec) as sim:
+        yield sim
+
+
+def node_crawl(sim: Any, out: Path) -> Path:
+    from crawler.config import CrawlConfig
+    from runtime.backends import crawl_in_process
+    from runtime.fleet import single_node
+
+    config = CrawlConfig(
+        scheduling={"max_connections": 3},
+        output={"write_batch_rows": 15},
+        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+    )
+    crawl_in_process(single_node("c1", str(out), config, sim.servers), [sim.hub_url])
+    return out / "c1"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "call",
+    [
+        "rename fetches/node-0-000002.parquet",
+        "write warc/node-0-000003.warc.gz.tmp",
+        "sync pages",
+        "sync fetches",  # after the first commit's rename
+    ],
+)
+def test_a_node_whose_disk_fails_once_records_every_url_once(
+    small_web, tmp_path, monkeypatch, call
+):
+    """The Recorder and the fetch loop on top of the writer: a failed write costs no row and
+    doubles none; the node goes on and commits everything."""
+    clean = node_crawl(small_web, tmp_path / "clean")
+    disk = Disk(tmp_path / "faulty" / "c1", tmp_path)
+    with disk.attached(monkeypatch, Fault("error", call=call)):
+        crawl_dir = node_crawl(small_web, tmp_path / "faulty")
+    assert disk.fired
+    output = read_output(crawl_dir)
+    expected = read_output(clean)
+    tries = Counter((row["url"], row["attempt"]) for row in output["fetches"])
+    assert set(tries.values()) == {1}, "a row recorded twice"
+    assert {url for url, _ in tries} == {row["url"] for row in expected["fetches"]}
+    assert Counter(row["url"] for row in output["pages"]) == Counter(
+        row["url"] for row in expected["pages"]
+    )
+    assert_committed_only(crawl_dir, output)
+    for row in output["fetches"]:
+        if row["warc_filename"]:
+            record = read_record(
+                crawl_dir / row["warc_filename"],
+                row["warc_record_offset"],
+                row["warc_record_length"],
+            )
+            assert f"WARC-Target-URI: {row['url']}\r\n".encode() in record
+    for path in (crawl_dir / WARC_DIR).iterdir():
+        warc_records(path)
