@@ -62,6 +62,7 @@ def write_manifest(crawl_dir: Path, manifest: Manifest) -> None:
     at any step leaves the manifest there was (none, for a new crawl), which the run writes
     again when it is started again; never an empty or half one."""
     crawl_dir.mkdir(parents=True, exist_ok=True)
+    sync(crawl_dir.parent)  # the crawl directory's own entry
     temporary = crawl_dir / f"{MANIFEST}.tmp"
     write_synced(temporary, [json.dumps(asdict(manifest), indent=1).encode()])
     os.replace(temporary, crawl_dir / MANIFEST)

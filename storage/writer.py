@@ -167,11 +167,15 @@ class CommitGroupWriter:
         self._error = ""
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
-        for directory, _ in datasets.values():
-            directory.mkdir(parents=True, exist_ok=True)
         directories = [d for d, _ in datasets.values()]
         if archive is not None:
             directories.append(archive.directory)
+        for directory in directories:
+            directory.mkdir(parents=True, exist_ok=True)
+        # The directories' own entries: a synced file in a directory a power cut takes back
+        # is lost all the same.
+        for parent in dict.fromkeys(directory.parent for directory in directories):
+            sync(parent)
         self._sequence = next_free_sequence(directories, prefix)
 
     def record(
