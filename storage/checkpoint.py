@@ -45,11 +45,11 @@ def load_checkpoint(
     """Read a (possibly crashed) crawl's output: what is done, and what is left to fetch from
     the discovered URLs and the seeds (at their depth in `depths`, else 0). Empty when the
     crawl has not started."""
-    *partial, commit = (crawl_dir / name for name in COMMITTED_DATASETS)
+    commit = crawl_dir / COMMITTED_DATASETS[-1]
     if not commit.is_dir():
         return Checkpoint()
     finish_compaction(crawl_dir)  # before the commit rule: it may be mid-way through renames
-    discard_uncommitted(partial, commit)
+    discard_uncommitted(crawl_dir)
     con = duckdb.connect()
     checkpoint = Checkpoint()
     attempts: dict[str, int] = {}

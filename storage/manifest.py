@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from storage.durable import sync, write_synced
+
 MANIFEST = "crawl.json"
 
 # A crawl id names a directory under the output root: letters, digits and `.`, `_`, `-`, not
@@ -63,10 +65,15 @@ def read_manifest(crawl_dir: Path) -> Manifest | None:
 
 
 def write_manifest(crawl_dir: Path, manifest: Manifest) -> None:
+    """Written whole and synced before it is renamed into place, the rename synced: a failure
+    at any step leaves the manifest there was (none, for a new crawl), which the run writes
+    again when it is started again; never an empty or half one."""
     crawl_dir.mkdir(parents=True, exist_ok=True)
+    sync(crawl_dir.parent)  # the crawl directory's own entry
     temporary = crawl_dir / f"{MANIFEST}.tmp"
-    temporary.write_text(json.dumps(asdict(manifest), indent=1))
+    write_synced(temporary, [json.dumps(asdict(manifest), indent=1).encode()])
     os.replace(temporary, crawl_dir / MANIFEST)
+    sync(crawl_dir)
 
 
 def earlier_crawls(out_dir: Path, deployment: str, before: str) -> list[Manifest]:

@@ -6,12 +6,14 @@ profile. The `fetches` row of the fetch names the response (or revisit) record t
 Crawl's index does: `warc_filename` (relative to the crawl directory), `warc_record_offset`
 and `warc_record_length` (bytes of the gzip member), so one ranged read finds it.
 
-Crash safety follows the Parquet batches (`storage.writer`): the records of batch
-`<node>-<n>` go to `warc/<node>-<n>.warc.gz.tmp`, which is renamed into place before the
-batch's Parquet files are; the batch commits with its `fetches` file as before. So a committed
-row's WARC file always exists, and a WARC file without its `fetches` file is a half-written
-batch, which `discard_uncommitted_warc` removes. Compaction merges only the Parquet files and
-leaves the WARC files as they are, so the offsets stay valid.
+Crash safety follows the Parquet batches (`storage.writer`): an exchange's records are built
+in memory when it is recorded, and the WARC file of batch `<node>-<n>`,
+`warc/<node>-<n>.warc.gz`, is written whole from them when the batch commits (temporary
+name, synced, renamed into place before the batch's Parquet files); a file on the disk is
+never appended to. So every WARC file under its final name reads to its end, a committed
+row's file always exists, and a WARC file no committed row points into is a batch that
+failed or died before its commit, which `discard_uncommitted_warc` removes. Compaction merges
+only the Parquet files and leaves the WARC files as they are, so the offsets stay valid.
 
 Bodies are archived as the crawler received them after undoing any Content-Encoding (gzip,
 br): the record's HTTP headers drop `Content-Encoding` and `Transfer-Encoding` and give the
@@ -22,18 +24,19 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
+
+from storage.durable import is_whole_parquet
 
 WARC_DIR = "warc"
 SUFFIX = ".warc.gz"
@@ -67,60 +70,68 @@ def _iso(date: datetime) -> str:
     return date.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+@dataclass(frozen=True)
+class ArchivedExchange:
+    """An exchange's WARC records, built in memory: gzip members ready to be written."""
+
+    records: bytes  # the request record, then the answer record
+    answer_at: int  # where in `records` the answer (response or revisit) record starts
+
+
 class WarcBatchWriter:
-    """Appends exchanges to the WARC file of the current batch; `commit` puts it in place."""
+    """Builds the WARC records of exchanges (`archive`), and a batch's WARC file from them
+    (`contents`): the file is written whole at the batch's commit, never appended to."""
 
     def __init__(self, crawl_dir: Path) -> None:
         self.directory = crawl_dir / WARC_DIR
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._name: str | None = None
-        self._file: IO[bytes] | None = None
-        self._writer: WARCWriter | None = None
 
-    def append(self, batch_file: str, exchange: Exchange) -> dict[str, Any]:
-        """Write the exchange's records; returns the `fetches` columns that locate the response
-        (or revisit) record."""
+    def archive(self, exchange: Exchange) -> ArchivedExchange:
+        """The exchange's request and answer records."""
+        buffer = io.BytesIO()
+        writer = WARCWriter(buffer, gzip=True, warc_version="1.1")
+        request = self._request_record(writer, exchange)
+        writer.write_record(request)
+        answer_at = buffer.tell()
+        writer.write_record(self._answer_record(writer, exchange, request))
+        return ArchivedExchange(buffer.getvalue(), answer_at)
+
+    def path(self, batch_file: str) -> Path:
+        """Where the WARC file of batch `batch_file` goes."""
+        return self.directory / warc_name(batch_file)
+
+    def contents(
+        self, batch_file: str, exchanges: list[ArchivedExchange]
+    ) -> tuple[list[bytes], list[dict[str, Any]]]:
+        """The WARC file of batch `batch_file` holding `exchanges` (a warcinfo record, then
+        theirs, in order), and the `fetches` columns that locate each answer record in it."""
         name = warc_name(batch_file)
-        if self._name != name:
-            self._open(name)
-        assert self._writer is not None and self._file is not None
-        request = self._request_record(exchange)
-        self._writer.write_record(request)
-        offset = self._file.tell()
-        self._writer.write_record(self._answer_record(exchange, request))
-        return {
-            "warc_filename": f"{WARC_DIR}/{name}",
-            "warc_record_offset": offset,
-            "warc_record_length": self._file.tell() - offset,
-        }
+        buffer = io.BytesIO()
+        writer = WARCWriter(buffer, gzip=True, warc_version="1.1")
+        info = {"software": "crawlflow", "format": "WARC File Format 1.1"}
+        writer.write_record(writer.create_warcinfo_record(name, info))
+        chunks = [buffer.getvalue()]
+        offset = len(chunks[0])
+        locations = []
+        for exchange in exchanges:
+            chunks.append(exchange.records)
+            locations.append(
+                {
+                    "warc_filename": f"{WARC_DIR}/{name}",
+                    "warc_record_offset": offset + exchange.answer_at,
+                    "warc_record_length": len(exchange.records) - exchange.answer_at,
+                }
+            )
+            offset += len(exchange.records)
+        return chunks, locations
 
-    def commit(self, batch_file: str) -> None:
-        """Rename the batch's WARC file into place (before its Parquet files are written)."""
-        name = warc_name(batch_file)
-        if self._name != name or self._file is None:
-            return
-        self._file.close()
-        os.replace(self.directory / f"{name}.tmp", self.directory / name)
-        self._name = self._file = self._writer = None
-
-    def _open(self, name: str) -> None:
-        if self._file is not None:  # a batch that had no rows to commit: never happens twice
-            self._file.close()
-        self._file = open(self.directory / f"{name}.tmp", "wb")  # noqa: SIM115 (kept open)
-        self._writer = WARCWriter(self._file, gzip=True, warc_version="1.1")
-        self._name = name
-        info = self._writer.create_warcinfo_record(
-            name, {"software": "crawlflow", "format": "WARC File Format 1.1"}
-        )
-        self._writer.write_record(info)
-
-    def _request_record(self, exchange: Exchange) -> Any:
+    @staticmethod
+    def _request_record(writer: WARCWriter, exchange: Exchange) -> Any:
         parts = urlsplit(exchange.url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         headers = [("Host", parts.netloc), *exchange.request_headers.items()]
         http = StatusAndHeaders(f"GET {target} HTTP/1.1", headers, is_http_request=True)
-        assert self._writer is not None
-        return self._writer.create_warc_record(
+        return writer.create_warc_record(
             exchange.url,
             "request",
             payload=io.BytesIO(b""),
@@ -129,7 +140,8 @@ class WarcBatchWriter:
             warc_headers_dict={"WARC-Date": _iso(exchange.date)},
         )
 
-    def _answer_record(self, exchange: Exchange, request: Any) -> Any:
+    @staticmethod
+    def _answer_record(writer: WARCWriter, exchange: Exchange, request: Any) -> Any:
         status = exchange.status
         try:
             reason = HTTPStatus(status).phrase
@@ -149,7 +161,6 @@ class WarcBatchWriter:
         }
         if exchange.truncated:
             warc_headers["WARC-Truncated"] = exchange.truncated
-        assert self._writer is not None
         if status == 304:
             warc_headers["WARC-Profile"] = NOT_MODIFIED_PROFILE
             warc_headers["WARC-Refers-To-Target-URI"] = exchange.url
@@ -160,7 +171,7 @@ class WarcBatchWriter:
             record_type = "revisit"
         else:
             record_type = "response"
-        return self._writer.create_warc_record(
+        return writer.create_warc_record(
             exchange.url,
             record_type,
             payload=io.BytesIO(body),
@@ -171,9 +182,10 @@ class WarcBatchWriter:
 
 
 def discard_uncommitted_warc(crawl_dir: Path, prefix: str = "") -> list[Path]:
-    """Delete WARC files of batches that never committed: temporary files, and files whose
-    `fetches` batch file is missing unless a compacted `fetches` file refers to them (a
-    compaction merged their batch). `prefix`: only one node's files (a takeover)."""
+    """Delete the WARC files no committed `fetches` row points into: temporary files, and the
+    files of batches that never committed. Runs after the commit rule of the Parquet files
+    (`storage.writer.discard_uncommitted`), so every `fetches` file left is committed.
+    `prefix`: only one node's files (a takeover)."""
     directory = crawl_dir / WARC_DIR
     if not directory.is_dir():
         return []
@@ -182,24 +194,31 @@ def discard_uncommitted_warc(crawl_dir: Path, prefix: str = "") -> list[Path]:
         temporary.unlink()
         removed.append(temporary)
     fetches = crawl_dir / "fetches"
-    referenced: set[str] | None = None
-    for path in directory.glob(f"{prefix}*{SUFFIX}"):
-        if (fetches / (path.name.removesuffix(SUFFIX) + ".parquet")).exists():
-            continue
-        if referenced is None:
-            referenced = _referenced_by_compacted(fetches)
-        if f"{WARC_DIR}/{path.name}" not in referenced:
-            path.unlink()
-            removed.append(path)
+    # A batch's rows point into the WARC file of its own name: only a file without that
+    # partner (a batch that failed or died before its commit, or one compaction merged) needs
+    # the rows read.
+    unpartnered = [
+        path
+        for path in sorted(directory.glob(f"{prefix}*{SUFFIX}"))
+        if not (fetches / (path.name.removesuffix(SUFFIX) + ".parquet")).exists()
+    ]
+    if unpartnered:
+        referenced = _referenced_warc_files(fetches)
+        for path in unpartnered:
+            if f"{WARC_DIR}/{path.name}" not in referenced:
+                path.unlink()
+                removed.append(path)
     return removed
 
 
-def _referenced_by_compacted(fetches: Path) -> set[str]:
+def _referenced_warc_files(fetches: Path) -> set[str]:
+    """The WARC files the rows of the (whole) `fetches` files point into."""
     names: set[str] = set()
-    for path in fetches.glob("compacted-*.parquet"):
-        if "warc_filename" in pq.read_schema(path).names:
-            column = pq.read_table(path, columns=["warc_filename"]).column(0)
-            names.update(name for name in column.unique().to_pylist() if name)
+    for path in sorted(fetches.glob("*.parquet")):
+        if not is_whole_parquet(path) or "warc_filename" not in pq.read_schema(path).names:
+            continue
+        column = pq.read_table(path, columns=["warc_filename"]).column(0)
+        names.update(name for name in column.unique().to_pylist() if name)
     return names
 
 

@@ -331,3 +331,12 @@ def test_a_304_confirms_nothing_unless_the_request_was_conditional(hostile_web):
         session.close()
     assert (unasked.status, error_class(unasked)) == (304, "http_error")
     assert (asked.status, asked.error) == (304, None)
+
+
+def test_the_request_asks_only_for_the_encodings_the_limits_hold_for(hostile_web):
+    session = ServerSession(CONFIG)
+    try:
+        result = session.get(hostile_web.hostile_url("empty_body") + "empty")
+    finally:
+        session.close()
+    assert result.request_headers["Accept-Encoding"] == "gzip, deflate"

@@ -122,9 +122,7 @@ def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_pat
     last = sorted((crawl_dir / "fetches").glob("*.parquet"))[-1]
     last.unlink()
     (warc / "node-0-000099.warc.gz.tmp").write_bytes(b"half")
-    removed = discard_uncommitted(
-        [crawl_dir / "discovered", crawl_dir / "pages"], crawl_dir / "fetches"
-    )
+    removed = discard_uncommitted(crawl_dir)
     assert warc / (last.stem + ".warc.gz") in removed
     assert not (warc / "node-0-000099.warc.gz.tmp").exists()
     before = sorted(p.name for p in warc.iterdir())
@@ -133,7 +131,7 @@ def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_pat
         "compacted-000001.parquet"
     ]
     # A resume after compaction keeps the WARC files the compacted rows point at.
-    discard_uncommitted([crawl_dir / "discovered", crawl_dir / "pages"], crawl_dir / "fetches")
+    discard_uncommitted(crawl_dir)
     assert sorted(p.name for p in warc.iterdir()) == before
     assert rows_find_their_records(crawl_dir) > 0
 

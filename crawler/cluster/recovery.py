@@ -11,9 +11,11 @@ reached the server. The URLs of other servers the dead node had found (committed
 have been sent yet: they are returned to be sent again, and the filter and the owners' exact
 sets drop those that were.
 
-Only the dead node's uncommitted files are discarded: the other nodes are alive and writing,
-and `storage.writer.discard_uncommitted` over the whole crawl would delete the first files of
-batches they are about to commit.
+Only the dead node's uncommitted files are discarded (`storage.writer.discard_uncommitted`
+with its prefix): the other nodes are alive and writing, and the rule over the whole crawl
+would delete the first files of batches they are about to commit. Their committed files are
+whole by the commit protocol; one that is not (damage) is left for the resume's rule to judge
+and skipped here, never read.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
 from crawler.scope.urls import server_of
-from storage.files import literal, parquet_files
+from storage.durable import is_whole_parquet
+from storage.files import literal
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
-from storage.schema import COMMITTED_DATASETS, DATASETS
-from storage.warc import discard_uncommitted_warc
+from storage.schema import COMMITTED_DATASETS
+from storage.writer import discard_uncommitted
 
 
 @dataclass
@@ -58,14 +61,14 @@ class OutputRecovery:
 
     def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
         """What the dead `node_id`, owner of `hosts`, leaves to the others."""
-        self._discard_uncommitted(node_id)
+        discard_uncommitted(self.crawl_dir, prefix=f"{node_id}-")
         commit = self.crawl_dir / COMMITTED_DATASETS[-1]
-        committed = {path.name for path in commit.glob("*.parquet")}
-        fetch_files = parquet_files(commit)
+        committed = {path.name for path in commit.glob("*.parquet") if is_whole_parquet(path)}
+        fetch_files = [literal(commit / name) for name in sorted(committed)]
         discovered_files = [
             literal(path)
             for path in sorted((self.crawl_dir / "discovered").glob("*.parquet"))
-            if path.name in committed
+            if path.name in committed and is_whole_parquet(path)
         ]
         con = duckdb.connect()
         done: set[str] = set()
@@ -128,17 +131,3 @@ class OutputRecovery:
                 # The depth inside its server is not in the output: the crawl depth bounds it.
                 state.retry_later(UrlTask(url, depth, attempt, host_depth=depth), 0.0)
         return Recovered(list(states.values()), spent, foreign)
-
-    def _discard_uncommitted(self, node_id: str) -> None:
-        """The dead node's temporary files, and its batch files whose fetches file (the commit)
-        was never written."""
-        commit = self.crawl_dir / COMMITTED_DATASETS[-1]
-        for name in DATASETS:
-            directory = self.crawl_dir / name
-            for temporary in directory.glob(f"{node_id}-*.tmp"):
-                temporary.unlink()
-            if name in COMMITTED_DATASETS[:-1]:
-                for path in directory.glob(f"{node_id}-*.parquet"):
-                    if not (commit / path.name).exists():
-                        path.unlink()
-        discard_uncommitted_warc(self.crawl_dir, prefix=f"{node_id}-")

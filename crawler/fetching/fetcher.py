@@ -445,6 +445,9 @@ class ServerSession:
         # saves reading the environment on every request.)
         self._session.trust_env = False
         self._session.headers["User-Agent"] = settings.user_agent
+        # Only what the size limits are known to hold for; urllib3 would add br (and zstd)
+        # whenever a decoder for it happens to be installed.
+        self._session.headers["Accept-Encoding"] = "gzip, deflate"
         self._adapter = _CuttableAdapter()
         self._session.mount("http://", self._adapter)
         self._session.mount("https://", self._adapter)
