@@ -27,6 +27,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 	$(MAKE) docs
@@ -34,10 +35,12 @@ test: install
 # The unit tests only: no Ray, no Prefect, no servers (tests marked `integration` are left out).
 test-fast: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/pytest -m "not integration"
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The packages, as [tool.mypy] in pyproject.toml configures it (tests and bench/ are left out).
 typecheck: install

@@ -102,8 +102,7 @@ def _shares(node_type: NodeType, tasks: list[Task]) -> list[dict[str, float]]:
     per_dim = []
     for d in dims:
         slack = 1 + 2e-9 + 2e-12 / capacity[d]
-        per_dim.append({task.id: task.demand.as_tuple()[d] / capacity[d] / slack
-                        for task in tasks})
+        per_dim.append({task.id: task.demand.as_tuple()[d] / capacity[d] / slack for task in tasks})
     mean = {task.id: sum(shares[task.id] for shares in per_dim) / len(per_dim) for task in tasks}
     return [*per_dim, mean] if per_dim else []
 
@@ -121,12 +120,14 @@ def _threshold(e: float) -> Callable[[float], float]:
 def _rounding(k: int) -> Callable[[float], float]:
     """u_k, taking near a step ``(k + 1) x = j`` its value just left of it, ``(j - 1) / k``,
     which is below both ``x`` and ``j / k`` there."""
+
     def f(x: float) -> float:
         scaled = (k + 1) * x
         step = round(scaled)
         if abs(scaled - step) <= STEP_MARGIN:
             return max(0.0, (step - 1) / k)
         return math.floor(scaled) / k
+
     return f
 
 
@@ -137,16 +138,23 @@ def _cliques(node_type: NodeType, tasks: list[Task]) -> list[list[str]]:
     capacity = node_type.capacity
 
     def size(task: Task) -> float:
-        return max((a / c for a, c in zip(task.demand.as_tuple(), capacity.as_tuple(),
-                                          strict=True) if c > 0), default=0.0)
+        return max(
+            (
+                a / c
+                for a, c in zip(task.demand.as_tuple(), capacity.as_tuple(), strict=True)
+                if c > 0
+            ),
+            default=0.0,
+        )
 
     order = sorted(tasks, key=size, reverse=True)
     cliques: list[list[str]] = []
     for start in order[:CLIQUES]:
         clique = [start]
         for task in order:
-            if task is not start and all(not (task.demand + member.demand).fits_in(capacity)
-                                         for member in clique):
+            if task is not start and all(
+                not (task.demand + member.demand).fits_in(capacity) for member in clique
+            ):
                 clique.append(task)
         ids = sorted(task.id for task in clique)
         if len(ids) > 1 and ids not in cliques:
@@ -198,8 +206,9 @@ def violated_cliques(conflict: np.ndarray, chosen: list[int], nodes: int) -> lis
     return found
 
 
-def feasible_sets(node_type: NodeType, tasks: list[Task], limit: int,
-                  max_tasks: int = SET_MAX_TASKS) -> list[list[int]] | None:
+def feasible_sets(
+    node_type: NodeType, tasks: list[Task], limit: int, max_tasks: int = SET_MAX_TASKS
+) -> list[list[int]] | None:
     """Every non-empty set of the tasks (as indices into ``tasks``) that fits one node of the
     type together, as ``Resources.fits_in`` decides; None if there are more than ``limit``, or
     if one of them has more than ``max_tasks`` tasks.
@@ -211,7 +220,8 @@ def feasible_sets(node_type: NodeType, tasks: list[Task], limit: int,
     found: list[list[int]] = []
     # (load, members, candidates): candidates are the later tasks that fit beside the members.
     stack: list[tuple[np.ndarray, list[int], np.ndarray]] = [
-        (np.zeros(3), [], np.flatnonzero(np.all(demand <= room, axis=1)))]
+        (np.zeros(3), [], np.flatnonzero(np.all(demand <= room, axis=1)))
+    ]
     while stack:
         load, members, candidates = stack.pop()
         for k, task in enumerate(candidates):
@@ -220,7 +230,7 @@ def feasible_sets(node_type: NodeType, tasks: list[Task], limit: int,
             if len(found) > limit or len(grown) > max_tasks:
                 return None
             loaded = load + demand[task]
-            later = candidates[k + 1:]
+            later = candidates[k + 1 :]
             later = later[np.all(demand[later] + loaded <= room, axis=1)]
             if len(later):
                 stack.append((loaded, grown, later))
@@ -236,8 +246,12 @@ class Aggregate:
     bins: dict[str, list[list[str]]] | None = None
 
 
-def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: float = 1.0,
-                    set_limit: int = PATTERN_LIMIT) -> Aggregate:
+def solve_aggregate(
+    instance: Instance,
+    time_limit_s: float,
+    capacity_share: float = 1.0,
+    set_limit: int = PATTERN_LIMIT,
+) -> Aggregate:
     """The relaxation's optimum (with HiGHS, within ``time_limit_s`` CPU seconds).
 
     Types with at most ``set_limit`` feasible task sets are modelled by them (0: none is; the
@@ -280,22 +294,25 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
             z[task.id, nt.name] = var = prob.add_variable(f"z_{ti}_{len(z)}", cat=pulp.LpBinary)
             covering[task.id].append(var)
         # Tasks sent to a type need at least one node of it, even tasks with no demand.
-        prob += (pulp.lpSum(z[task.id, nt.name] for task in tasks)
-                 <= len(tasks) * (reserved + surcharge))
+        prob += pulp.lpSum(z[task.id, nt.name] for task in tasks) <= len(tasks) * (
+            reserved + surcharge
+        )
         for dim in DIMENSIONS:
             load = [(getattr(task.demand, dim), z[task.id, nt.name]) for task in tasks]
             if any(amount > 0 for amount, _ in load):
-                prob += (pulp.lpSum(a * v for a, v in load)
-                         <= capacity_share * getattr(nt.capacity, dim) * (reserved + surcharge))
+                prob += pulp.lpSum(a * v for a, v in load) <= capacity_share * getattr(
+                    nt.capacity, dim
+                ) * (reserved + surcharge)
         if capacity_share == 1.0:
             for cut in packing_cuts(nt, tasks):
-                prob += (pulp.lpSum(c * z[task_id, nt.name] for task_id, c in cut.items())
-                         <= reserved + surcharge)
+                prob += (
+                    pulp.lpSum(c * z[task_id, nt.name] for task_id, c in cut.items())
+                    <= reserved + surcharge
+                )
     prob += pulp.lpSum(cost)
     for task in instance.tasks:
         prob += pulp.lpSum(covering[task.id]) == 1
-    conflict = {name: conflicts(instance.node_type(name), tasks)
-                for name, tasks in fitting.items()}
+    conflict = {name: conflicts(instance.node_type(name), tasks) for name, tasks in fitting.items()}
 
     lower = 0.0
     found: Aggregate | None = None
@@ -307,8 +324,9 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
             bound = run_cbc(prob, remaining)  # slower on these relaxations, but a bound
         if prob.status == pulp.LpStatusInfeasible:
             if capacity_share == 1.0:
-                raise NoFeasiblePlan("no plan places every task within max_reserved and "
-                                     "max_surcharge")
+                raise NoFeasiblePlan(
+                    "no plan places every task within max_reserved and max_surcharge"
+                )
             return Aggregate(0.0, None, None)
         optimal = prob.sol_status == pulp.LpSolutionOptimal
         lower = max(lower, pulp.value(prob.objective) if optimal else bound or 0.0)
@@ -318,12 +336,15 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
         for (task_id, type_name), var in z.items():
             if (var.value() or 0) > 0.5:
                 by_type[type_name].append(task_id)
-        bins = {name: [members for members, var in chosen if (var.value() or 0) > 0.5]
-                for name, chosen in sets.items()}
+        bins = {
+            name: [members for members, var in chosen if (var.value() or 0) > 0.5]
+            for name, chosen in sets.items()
+        }
         for name, type_bins in bins.items():
             by_type[name] = [task_id for node in type_bins for task_id in node]
-        nodes = {name: round(r.value() or 0) + round(s.value() or 0)
-                 for name, (r, s) in counts.items()}
+        nodes = {
+            name: round(r.value() or 0) + round(s.value() or 0) for name, (r, s) in counts.items()
+        }
         found = Aggregate(lower, dict(by_type), nodes, bins)
         if not optimal or capacity_share != 1.0 or time.thread_time() >= deadline:
             break
@@ -333,8 +354,7 @@ def solve_aggregate(instance: Instance, time_limit_s: float, capacity_share: flo
             chosen = [index[task_id] for task_id in by_type.get(name, [])]
             reserved, surcharge = counts[name]
             for clique in violated_cliques(conflict[name], chosen, nodes[name]):
-                prob += (pulp.lpSum(z[tasks[a].id, name] for a in clique)
-                         <= reserved + surcharge)
+                prob += pulp.lpSum(z[tasks[a].id, name] for a in clique) <= reserved + surcharge
                 added += 1
         if not added:
             break

@@ -34,8 +34,7 @@ def check_cbc() -> None:
         )
 
 
-def run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False
-            ) -> float | None:
+def run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False) -> float | None:
     """Solve with CBC and return the lower bound it reports when stopped early, if any.
 
     ``time_limit_s`` is CBC's CPU time (PuLP's default is wall time, which a loaded machine
@@ -44,8 +43,14 @@ def run_cbc(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = Fal
     """
     with tempfile.TemporaryDirectory(prefix="crawlflow-cbc-") as tmp:
         log_path = Path(tmp) / "cbc.log"
-        solver = pulp.COIN_CMD(path=_cbc_path(), timeLimit=time_limit_s, timeMode="cpu",
-                               warmStart=warm_start, msg=False, logPath=str(log_path))
+        solver = pulp.COIN_CMD(
+            path=_cbc_path(),
+            timeLimit=time_limit_s,
+            timeMode="cpu",
+            warmStart=warm_start,
+            msg=False,
+            logPath=str(log_path),
+        )
         try:
             problem.solve(solver)
         except pulp.PulpSolverError as exc:

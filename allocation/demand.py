@@ -60,12 +60,16 @@ def host_groups(host_pages: dict[str, int]) -> dict[str, list[str]]:
     return {f"g{k:03d}": hosts for k, hosts in enumerate(groups, start=1)}
 
 
-def host_demand(pages: int, avg_page_kb: float, pages_per_s_per_host: float,
-                budget_s: float) -> Resources:
+def host_demand(
+    pages: int, avg_page_kb: float, pages_per_s_per_host: float, budget_s: float
+) -> Resources:
     """The estimate of the module docstring for one host."""
     rate = min(pages_per_s_per_host, pages / budget_s)
-    memory_bytes = (pages * FRONTIER_BYTES_PER_URL + HOST_STATE_BYTES
-                    + BUFFERED_PAGES_PER_HOST * avg_page_kb * 1000)
+    memory_bytes = (
+        pages * FRONTIER_BYTES_PER_URL
+        + HOST_STATE_BYTES
+        + BUFFERED_PAGES_PER_HOST * avg_page_kb * 1000
+    )
     return Resources(
         cpu=rate * (FETCH_CPU_S + PARSE_CPU_S_PER_KB * avg_page_kb),
         memory_gb=memory_bytes / 1e9,
@@ -73,8 +77,9 @@ def host_demand(pages: int, avg_page_kb: float, pages_per_s_per_host: float,
     )
 
 
-def crawl_tasks(host_pages: dict[str, int], avg_page_kb: float, pages_per_s_per_host: float,
-                budget_s: float) -> list[Task]:
+def crawl_tasks(
+    host_pages: dict[str, int], avg_page_kb: float, pages_per_s_per_host: float, budget_s: float
+) -> list[Task]:
     """One task per host group of ``host_groups``, with the demand estimate of the module
     docstring summed over the group's hosts."""
     if avg_page_kb < 0 or pages_per_s_per_host <= 0 or budget_s <= 0:
@@ -83,8 +88,9 @@ def crawl_tasks(host_pages: dict[str, int], avg_page_kb: float, pages_per_s_per_
     for task_id, hosts in host_groups(host_pages).items():
         demand = Resources(0.0, 0.0, 0.0)
         for host in hosts:
-            demand = demand + host_demand(host_pages[host], avg_page_kb, pages_per_s_per_host,
-                                          budget_s)
+            demand = demand + host_demand(
+                host_pages[host], avg_page_kb, pages_per_s_per_host, budget_s
+            )
         tasks.append(Task(task_id, demand))
     return tasks
 
@@ -98,12 +104,16 @@ def local_node_types(cpus: int, memory_gb: float) -> list[NodeType]:
     """
     if cpus < 1 or memory_gb <= 0:
         raise ValueError("cpus must be >= 1 and memory_gb > 0")
-    return [NodeType(
-        name="local-worker",
-        capacity=Resources(1.0, memory_gb / cpus, LOCAL_BANDWIDTH_MBPS / cpus),
-        reserved=1.0, usage=0.5, surcharge=4.0,
-        max_reserved=cpus,
-    )]
+    return [
+        NodeType(
+            name="local-worker",
+            capacity=Resources(1.0, memory_gb / cpus, LOCAL_BANDWIDTH_MBPS / cpus),
+            reserved=1.0,
+            usage=0.5,
+            surcharge=4.0,
+            max_reserved=cpus,
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,14 @@ class CrawlAllocation:
         return None if self.milp is None else self.milp.plan.total_cost
 
 
-def scope_crawl(host_pages: dict[str, int], node_types: Sequence[NodeType], avg_page_kb: float,
-               pages_per_s_per_host: float, budget_s: float,
-               time_limit_s: float = 2.0) -> CrawlAllocation:
+def scope_crawl(
+    host_pages: dict[str, int],
+    node_types: Sequence[NodeType],
+    avg_page_kb: float,
+    pages_per_s_per_host: float,
+    budget_s: float,
+    time_limit_s: float = 2.0,
+) -> CrawlAllocation:
     """Estimate task demands, run first fit and the MILP (``time_limit_s``), and choose.
 
     The MILP's plan is chosen when CBC is available and the plan is no dearer than first fit's
@@ -137,9 +152,10 @@ def scope_crawl(host_pages: dict[str, int], node_types: Sequence[NodeType], avg_
     ``max_surcharge`` leaves no room).
     """
     groups = host_groups(host_pages)
-    instance = Instance(tuple(node_types),
-                        tuple(crawl_tasks(host_pages, avg_page_kb, pages_per_s_per_host,
-                                          budget_s)))
+    instance = Instance(
+        tuple(node_types),
+        tuple(crawl_tasks(host_pages, avg_page_kb, pages_per_s_per_host, budget_s)),
+    )
     heuristic = first_fit(instance)
     try:
         exact: MilpResult | None = solve_milp(instance, time_limit_s)

@@ -85,8 +85,9 @@ def _timed_pack(instance: Instance, order: list[Task], reserved: dict[str, int] 
     return Plan(instance, nodes, solve_seconds=time.perf_counter() - start)
 
 
-def _pack(instance: Instance, order: list[Task], reserved: dict[str, int] | None
-          ) -> tuple[Node, ...]:
+def _pack(
+    instance: Instance, order: list[Task], reserved: dict[str, int] | None
+) -> tuple[Node, ...]:
     slots = _slots(instance)
     by_reserved_price = _ranked(instance, slots, lambda nt: nt.busy_reserved_cost)
     by_surcharge_price = _ranked(instance, slots, lambda nt: nt.surcharge)
@@ -99,10 +100,15 @@ def _pack(instance: Instance, order: list[Task], reserved: dict[str, int] | None
         if target is None:
             target = next((b for b in bins if not b.tasks and b.fits(task)), None)
         if target is None:
-            nt = next((nt for nt in by_surcharge_price
-                       if task.demand.fits_in(nt.capacity)
-                       and (nt.max_surcharge is None
-                            or surcharge_used[nt.name] < nt.max_surcharge)), None)
+            nt = next(
+                (
+                    nt
+                    for nt in by_surcharge_price
+                    if task.demand.fits_in(nt.capacity)
+                    and (nt.max_surcharge is None or surcharge_used[nt.name] < nt.max_surcharge)
+                ),
+                None,
+            )
             if nt is None:
                 raise NoFeasiblePlan(
                     f"first fit cannot place task {task.id!r}: no reserved node fits it and "
@@ -120,16 +126,20 @@ def _pack(instance: Instance, order: list[Task], reserved: dict[str, int] | None
 def _reserved_counts(instance: Instance, reserved: dict[str, int] | None) -> dict[str, int]:
     if reserved is None:
         # The sizing pool; a type never needs more nodes than there are tasks it can hold.
-        return {nt.name: min(nt.max_reserved, _tasks_fitting(instance, nt))
-                for nt in instance.node_types}
+        return {
+            nt.name: min(nt.max_reserved, _tasks_fitting(instance, nt))
+            for nt in instance.node_types
+        }
     unknown = sorted(set(reserved) - {nt.name for nt in instance.node_types})
     if unknown:
         raise ValueError(f"reserved names unknown node type {unknown[0]!r}")
     counts = {nt.name: reserved.get(nt.name, 0) for nt in instance.node_types}
     for nt in instance.node_types:
         if not 0 <= counts[nt.name] <= nt.max_reserved:
-            raise ValueError(f"reserved[{nt.name!r}]={counts[nt.name]} is outside "
-                             f"0..max_reserved={nt.max_reserved}")
+            raise ValueError(
+                f"reserved[{nt.name!r}]={counts[nt.name]} is outside "
+                f"0..max_reserved={nt.max_reserved}"
+            )
     return counts
 
 
@@ -152,11 +162,14 @@ def _slots(instance: Instance) -> dict[str, float]:
     return slots
 
 
-def _ranked(instance: Instance, slots: dict[str, float], price: Callable[[NodeType], float]
-            ) -> list[NodeType]:
+def _ranked(
+    instance: Instance, slots: dict[str, float], price: Callable[[NodeType], float]
+) -> list[NodeType]:
     """Types by price per task slot, cheapest first; ties (as when nothing has demand, and all
     slots are infinite) by price, then instance order."""
+
     def key(nt: NodeType) -> tuple[float, float]:
         n = slots[nt.name]
         return (price(nt) / n if n > 0 else math.inf, price(nt))
+
     return sorted(instance.node_types, key=key)

@@ -38,8 +38,13 @@ STEPS_PER_CHECK = 20
 GIVE_UP_STEPS = 3000
 
 
-def pack_on_bins(instance: Instance, bin_types: Sequence[str], start: Packing,
-                 deadline: Callable[[], bool], seed: int = 0) -> Packing | None:
+def pack_on_bins(
+    instance: Instance,
+    bin_types: Sequence[str],
+    start: Packing,
+    deadline: Callable[[], bool],
+    seed: int = 0,
+) -> Packing | None:
     """Every task of the instance on exactly the nodes ``bin_types`` (one type name per node),
     or None if the search ends without one (at its deadline, or GIVE_UP_STEPS steps after its
     last progress). ``start`` (a packing, possibly with
@@ -52,8 +57,9 @@ class BinSearch:
     where it stopped (the MILP gives every node count a short first try, then more time to the
     ones that failed: resuming keeps the progress of the first try)."""
 
-    def __init__(self, instance: Instance, bin_types: Sequence[str], start: Packing,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, instance: Instance, bin_types: Sequence[str], start: Packing, seed: int = 0
+    ) -> None:
         self._search: _Search | None = None
         if bin_types:
             with contextlib.suppress(_Unplaceable):
@@ -90,8 +96,9 @@ class _Unplaceable(Exception):
 
 
 class _Search:
-    def __init__(self, instance: Instance, bin_types: list[str], start: Packing,
-                 rng: random.Random) -> None:
+    def __init__(
+        self, instance: Instance, bin_types: list[str], start: Packing, rng: random.Random
+    ) -> None:
         self.rng = rng
         self.noise = np.random.default_rng(rng.randrange(2**32))
         self.bin_types = bin_types
@@ -112,8 +119,7 @@ class _Search:
         self.best = self.total  # the least total overload reached so far
         self.best_step = 0  # the step that reached it
 
-    def _overload(self, load: np.ndarray, nodes: np.ndarray | slice = slice(None)
-                  ) -> np.ndarray:
+    def _overload(self, load: np.ndarray, nodes: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Summed overload in capacity shares of loads on ``nodes`` (the last axis is the
         dimension; ``nodes`` indexes the capacities and broadcasts like ``load``)."""
         return (np.maximum(load - self.capacity[nodes], 0.0) * self.scale[nodes]).sum(axis=-1)
@@ -126,8 +132,9 @@ class _Search:
         load = np.zeros_like(self.capacity)
         for type_name in dict.fromkeys(self.bin_types):
             slots = [j for j, t in enumerate(self.bin_types) if t == type_name]
-            bins = sorted(start.get(type_name, []),
-                          key=lambda b: -sum(self.demand[index[t]].sum() for t in b))
+            bins = sorted(
+                start.get(type_name, []), key=lambda b: -sum(self.demand[index[t]].sum() for t in b)
+            )
             for j, tasks in zip(slots, bins, strict=False):
                 for task_id in tasks:
                     assign[index[task_id]] = j
@@ -136,8 +143,9 @@ class _Search:
             options = np.flatnonzero(self.fits[i])
             if not options.size:
                 raise _Unplaceable
-            added = (self._overload(load[options] + self.demand[i], options)
-                     - self._overload(load[options], options))
+            added = self._overload(load[options] + self.demand[i], options) - self._overload(
+                load[options], options
+            )
             j = int(options[np.argmin(added)])
             assign[i] = j
             load[j] += self.demand[i]
@@ -160,8 +168,12 @@ class _Search:
         other = self.assign
         new_home = self.load[home][:, None, :] - d[:, None, :] + self.demand[None, :, :]
         new_other = self.load[other][None, :, :] - self.demand[None, :, :] + d[:, None, :]
-        swap = (self._overload(new_home, home[:, None]) - over[home][:, None]
-                + self._overload(new_other, other[None, :]) - over[other][None, :])
+        swap = (
+            self._overload(new_home, home[:, None])
+            - over[home][:, None]
+            + self._overload(new_other, other[None, :])
+            - over[other][None, :]
+        )
         swap[other[None, :] == home[:, None]] = np.inf
         swap[~self.fits[movable][:, other]] = np.inf
         swap[~self.fits[:, home].T] = np.inf

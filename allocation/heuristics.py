@@ -57,19 +57,25 @@ class _Packer:
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
         self.types = {nt.name: nt for nt in instance.node_types}
-        self.capacity = {nt.name: tuple(c * (1 + _REL) + _ABS for c in nt.capacity.as_tuple())
-                         for nt in instance.node_types}
+        self.capacity = {
+            nt.name: tuple(c * (1 + _REL) + _ABS for c in nt.capacity.as_tuple())
+            for nt in instance.node_types
+        }
         self.demand = {t.id: t.demand.as_tuple() for t in instance.tasks}
         n = max(len(instance.tasks), 1)
         mean = [d / n for d in instance.total_demand().as_tuple()]
-        self.slots = {nt.name: min((c / m for c, m in zip(nt.capacity.as_tuple(), mean,
-                                                           strict=True) if m > 0),
-                                   default=math.inf)
-                      for nt in instance.node_types}
+        self.slots = {
+            nt.name: min(
+                (c / m for c, m in zip(nt.capacity.as_tuple(), mean, strict=True) if m > 0),
+                default=math.inf,
+            )
+            for nt in instance.node_types
+        }
 
     def fits(self, type_name: str, load: Vector, extra: Vector) -> bool:
-        return all(a + b <= c for a, b, c in zip(load, extra, self.capacity[type_name],
-                                                  strict=True))
+        return all(
+            a + b <= c for a, b, c in zip(load, extra, self.capacity[type_name], strict=True)
+        )
 
     def load(self, tasks: Sequence[str]) -> Vector:
         total = [0.0, 0.0, 0.0]
@@ -84,10 +90,13 @@ class _Packer:
 
 def size_keys(instance: Instance) -> dict[str, Callable[[str], float]]:
     """Task size measures, on demands normalized by the largest capacity in each dimension."""
-    largest = [max(getattr(nt.capacity, dim) for nt in instance.node_types) or 1.0
-               for dim in DIMENSIONS]
-    norm = {t.id: tuple(d / c for d, c in zip(t.demand.as_tuple(), largest, strict=True))
-            for t in instance.tasks}
+    largest = [
+        max(getattr(nt.capacity, dim) for nt in instance.node_types) or 1.0 for dim in DIMENSIONS
+    ]
+    norm = {
+        t.id: tuple(d / c for d, c in zip(t.demand.as_tuple(), largest, strict=True))
+        for t in instance.tasks
+    }
     total = [sum(v[d] for v in norm.values()) or 1.0 for d in range(3)]
     keys: dict[str, Callable[[str], float]] = {
         "sum": lambda t: sum(norm[t]),
@@ -105,9 +114,12 @@ def _component(vectors: dict[str, tuple[float, ...]], d: int) -> Callable[[str],
     return lambda t: vectors[t][d]
 
 
-def ffd_packing(instance: Instance, order: Sequence[str],
-                rank: Callable[[NodeType, int], float], packer: _Packer | None = None
-                ) -> Packing:
+def ffd_packing(
+    instance: Instance,
+    order: Sequence[str],
+    rank: Callable[[NodeType, int], float],
+    packer: _Packer | None = None,
+) -> Packing:
     """Place tasks in ``order``: first open bin that fits, else a new bin of the type with the
     lowest ``rank(type, bins it has)`` among those that fit the task and have room.
 
@@ -119,15 +131,25 @@ def ffd_packing(instance: Instance, order: Sequence[str],
     counts = dict.fromkeys(packer.types, 0)
     for task_id in order:
         demand = packer.demand[task_id]
-        target = next((k for k, (type_name, _) in enumerate(bins)
-                       if packer.fits(type_name, loads[k], demand)), None)
+        target = next(
+            (
+                k
+                for k, (type_name, _) in enumerate(bins)
+                if packer.fits(type_name, loads[k], demand)
+            ),
+            None,
+        )
         if target is None:
-            options = [nt for nt in packer.types.values()
-                       if room_for(nt, counts[nt.name])
-                       and packer.fits(nt.name, (0.0, 0.0, 0.0), demand)]
+            options = [
+                nt
+                for nt in packer.types.values()
+                if room_for(nt, counts[nt.name]) and packer.fits(nt.name, (0.0, 0.0, 0.0), demand)
+            ]
             if not options:
-                raise NoFeasiblePlan(f"cannot place task {task_id!r}: every node type that "
-                                     "could hold it is at max_reserved + max_surcharge")
+                raise NoFeasiblePlan(
+                    f"cannot place task {task_id!r}: every node type that "
+                    "could hold it is at max_reserved + max_surcharge"
+                )
             nt = min(options, key=lambda nt: rank(nt, counts[nt.name]))
             counts[nt.name] += 1
             bins.append((nt.name, []))
@@ -144,13 +166,15 @@ def ffd_packing(instance: Instance, order: Sequence[str],
 def type_ranks(packer: _Packer) -> dict[str, Callable[[NodeType, int], float]]:
     """Ways to choose the type of a new bin: price of its next bin per task slot, per unit of
     its tightest capacity share, or plain price (the cheapest node first)."""
+
     def per_slot(nt: NodeType, bins: int) -> float:
         slots = packer.slots[nt.name]
         return next_bin_price(nt, bins) / slots if slots > 0 else math.inf
 
     def per_capacity(nt: NodeType, bins: int) -> float:
-        largest = [max(t.capacity.as_tuple()[d] for t in packer.types.values()) or 1.0
-                   for d in range(3)]
+        largest = [
+            max(t.capacity.as_tuple()[d] for t in packer.types.values()) or 1.0 for d in range(3)
+        ]
         share = sum(c / m for c, m in zip(nt.capacity.as_tuple(), largest, strict=True))
         return next_bin_price(nt, bins) / share if share > 0 else math.inf
 
@@ -218,8 +242,9 @@ class _State:
 
     def fill(self, k: int) -> float:
         nominal = self.packer.types[self.bin_type[k]].capacity.as_tuple()
-        return max((a / c for a, c in zip(self.load[k], nominal, strict=True) if c > 0),
-                   default=0.0)
+        return max(
+            (a / c for a, c in zip(self.load[k], nominal, strict=True) if c > 0), default=0.0
+        )
 
     def saving(self, k: int) -> float:
         type_name = self.bin_type[k]
@@ -248,8 +273,12 @@ class _State:
         return bool(np.all(load <= self.packer.capacity[type_name]))
 
 
-def improve(instance: Instance, packing: Packing, deadline: Callable[[], bool] = lambda: False,
-            rounds: int = 20) -> Packing:
+def improve(
+    instance: Instance,
+    packing: Packing,
+    deadline: Callable[[], bool] = lambda: False,
+    rounds: int = 20,
+) -> Packing:
     """The local search of the module docstring; never returns a dearer packing. Stops early
     when ``deadline()`` says so."""
     state = _State(_Packer(instance), packing)
@@ -260,8 +289,7 @@ def improve(instance: Instance, packing: Packing, deadline: Callable[[], bool] =
         if not changed or deadline():
             break
     result = state.packing()
-    return result if packing_cost(instance, result) <= packing_cost(instance, packing) \
-        else packing
+    return result if packing_cost(instance, result) <= packing_cost(instance, packing) else packing
 
 
 def _empty_bins(state: _State, deadline: Callable[[], bool]) -> bool:
@@ -321,10 +349,13 @@ def _retype_bins(state: _State) -> bool:
     changed = False
     for k in state.alive_bins():
         saving = state.saving(k)
-        options = [(next_bin_price(nt, state.counts[nt.name]), nt.name)
-                   for nt in state.packer.types.values()
-                   if nt.name != state.bin_type[k] and room_for(nt, state.counts[nt.name])
-                   and state.fits_load(nt.name, state.load[k])]
+        options = [
+            (next_bin_price(nt, state.counts[nt.name]), nt.name)
+            for nt in state.packer.types.values()
+            if nt.name != state.bin_type[k]
+            and room_for(nt, state.counts[nt.name])
+            and state.fits_load(nt.name, state.load[k])
+        ]
         if options and min(options)[0] < saving - 1e-9:
             tasks = state.tasks_of(k)
             state.kill(k)
@@ -337,7 +368,7 @@ def _merge_bins(state: _State) -> bool:
     """Merge the first pair of the least-filled bins that one new bin holds more cheaply."""
     candidates = sorted(state.alive_bins(), key=state.fill)[:30]
     for a_pos, a in enumerate(candidates):
-        for b in candidates[a_pos + 1:]:
+        for b in candidates[a_pos + 1 :]:
             load = state.load[a] + state.load[b]
             counts = dict(state.counts)
             saving = 0.0
@@ -345,9 +376,11 @@ def _merge_bins(state: _State) -> bool:
                 type_name = state.bin_type[k]
                 saving += last_bin_price(state.packer.types[type_name], counts[type_name])
                 counts[type_name] -= 1
-            options = [(next_bin_price(nt, counts[nt.name]), nt.name)
-                       for nt in state.packer.types.values()
-                       if room_for(nt, counts[nt.name]) and state.fits_load(nt.name, load)]
+            options = [
+                (next_bin_price(nt, counts[nt.name]), nt.name)
+                for nt in state.packer.types.values()
+                if room_for(nt, counts[nt.name]) and state.fits_load(nt.name, load)
+            ]
             if options and min(options)[0] < saving - 1e-9:
                 tasks = np.concatenate([state.tasks_of(a), state.tasks_of(b)])
                 state.kill(a)

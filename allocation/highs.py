@@ -63,12 +63,15 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
         # values it assigns to the variables are used, the statuses are read here.
         self.findSolutionValues(lp)
         model_status = highs.getModelStatus()
-        feasible = (highs.getInfo().primal_solution_status
-                    == highspy.SolutionStatus.kSolutionStatusFeasible)
+        feasible = (
+            highs.getInfo().primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
+        )
         if model_status == highspy.HighsModelStatus.kOptimal:
             status, sol_status = pulp.LpStatusOptimal, pulp.LpSolutionOptimal
-        elif model_status in (highspy.HighsModelStatus.kInfeasible,
-                              highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        elif model_status in (
+            highspy.HighsModelStatus.kInfeasible,
+            highspy.HighsModelStatus.kUnboundedOrInfeasible,
+        ):
             # Presolve may not tell the two apart; a sum of prices is never unbounded.
             status, sol_status = pulp.LpStatusInfeasible, pulp.LpSolutionInfeasible
         elif feasible:

@@ -23,20 +23,34 @@ SHAPES = (
 )
 
 
-def node_type(shape: tuple[str, float, float, float, float], max_reserved: int,
-              max_surcharge: int | None = None) -> NodeType:
+def node_type(
+    shape: tuple[str, float, float, float, float],
+    max_reserved: int,
+    max_surcharge: int | None = None,
+) -> NodeType:
     name, cpu, mem, bw, reserved = shape
-    return NodeType(name, Resources(cpu, mem, bw), reserved=reserved, usage=reserved / 2,
-                    surcharge=reserved * 2.5, max_reserved=max_reserved,
-                    max_surcharge=max_surcharge)
+    return NodeType(
+        name,
+        Resources(cpu, mem, bw),
+        reserved=reserved,
+        usage=reserved / 2,
+        surcharge=reserved * 2.5,
+        max_reserved=max_reserved,
+        max_surcharge=max_surcharge,
+    )
 
 
 def random_tasks(rng: random.Random, n: int) -> list[Task]:
     """Crawl-task-like demands: a host group needs 0.2-2 cores, 0.5-6 GB and 10-300 Mbps."""
     return [
-        Task(f"t{i:03d}", Resources(round(rng.uniform(0.2, 2.0), 2),
-                                    round(rng.uniform(0.5, 6.0), 2),
-                                    round(rng.uniform(10.0, 300.0), 1)))
+        Task(
+            f"t{i:03d}",
+            Resources(
+                round(rng.uniform(0.2, 2.0), 2),
+                round(rng.uniform(0.5, 6.0), 2),
+                round(rng.uniform(10.0, 300.0), 1),
+            ),
+        )
         for i in range(n)
     ]
 
@@ -75,8 +89,7 @@ class Family:
         return f"{self.distribution}/{self.reservation}/{self.surcharge}"
 
 
-FAMILIES = tuple(Family(d, r, s) for d in DISTRIBUTIONS for r in RESERVATIONS
-                 for s in SURCHARGES)
+FAMILIES = tuple(Family(d, r, s) for d in DISTRIBUTIONS for r in RESERVATIONS for s in SURCHARGES)
 
 
 def family_instance(family: Family, seed: int, tasks: int | None = None) -> Instance:
@@ -95,22 +108,30 @@ def family_instance(family: Family, seed: int, tasks: int | None = None) -> Inst
     total = [sum(d[k] for d in demands) for k in range(3)]
     node_types = []
     for k, (cpu, memory, bandwidth) in enumerate(shapes):
-        reserved = round((cpu / 16 + memory / 64 + bandwidth / 2000) / 3
-                         * rng.uniform(0.75, 1.25), 3)
+        reserved = round(
+            (cpu / 16 + memory / 64 + bandwidth / 2000) / 3 * rng.uniform(0.75, 1.25), 3
+        )
         usage = round(reserved * rng.uniform(0.3, 0.7), 3)
         factor = rng.uniform(1.1, 1.4) if family.surcharge == "cheap" else rng.uniform(2.0, 3.0)
         alone = max(t / c for t, c in zip(total, (cpu, memory, bandwidth), strict=True))
         share = rng.uniform(0.1, 0.35) if family.reservation == "tight" else rng.uniform(0.6, 1.2)
-        node_types.append(NodeType(
-            f"type{k}-{int(cpu)}c", Resources(cpu, memory, bandwidth), reserved=reserved,
-            usage=usage, surcharge=round((reserved + usage) * factor, 3),
-            max_reserved=max(1, round(share * alone))))
+        node_types.append(
+            NodeType(
+                f"type{k}-{int(cpu)}c",
+                Resources(cpu, memory, bandwidth),
+                reserved=reserved,
+                usage=usage,
+                surcharge=round((reserved + usage) * factor, 3),
+                max_reserved=max(1, round(share * alone)),
+            )
+        )
     tasks_ = [Task(f"t{i:03d}", Resources(*d)) for i, d in enumerate(demands)]
     return Instance(tuple(node_types), tuple(tasks_))
 
 
-def _demand(rng: random.Random, distribution: str, reference: tuple[float, float, float]
-            ) -> tuple[float, float, float]:
+def _demand(
+    rng: random.Random, distribution: str, reference: tuple[float, float, float]
+) -> tuple[float, float, float]:
     if distribution == "uniform":
         shares = [rng.uniform(0.02, 0.3) for _ in range(3)]
     elif distribution == "skewed":

@@ -17,9 +17,13 @@ from allocation.model import Instance
 from allocation.packing import Packing
 
 
-def restricted_master(instance: Instance, patterns: list[tuple[str, list[str]]],
-                      warm: Packing | None, lower: float, time_limit_s: float
-                      ) -> tuple[Packing | None, float | None]:
+def restricted_master(
+    instance: Instance,
+    patterns: list[tuple[str, list[str]]],
+    warm: Packing | None,
+    lower: float,
+    time_limit_s: float,
+) -> tuple[Packing | None, float | None]:
     """The best packing CBC finds among the patterns, and CBC's bound (valid for these patterns
     only, so not a bound on the instance)."""
     prob = pulp.LpProblem("master", pulp.LpMinimize)
@@ -36,8 +40,7 @@ def restricted_master(instance: Instance, patterns: list[tuple[str, list[str]]],
     surcharge = {}
     for ti, nt in enumerate(instance.node_types):
         reserved[nt.name] = prob.add_variable(f"r_{ti}", 0, nt.max_reserved, cat=pulp.LpInteger)
-        surcharge[nt.name] = prob.add_variable(f"s_{ti}", 0, nt.max_surcharge,
-                                               cat=pulp.LpInteger)
+        surcharge[nt.name] = prob.add_variable(f"s_{ti}", 0, nt.max_surcharge, cat=pulp.LpInteger)
         cost += [nt.busy_reserved_cost * reserved[nt.name], nt.surcharge * surcharge[nt.name]]
         prob += pulp.lpSum(by_type[nt.name]) <= reserved[nt.name] + surcharge[nt.name]
     prob += pulp.lpSum(cost)

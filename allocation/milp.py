@@ -153,8 +153,14 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     clock = CpuClock(time_limit_s)
     check_cbc()
     if not instance.tasks:
-        return MilpResult(Plan(instance, (), clock.wall_elapsed()), OPTIMAL, 0.0, 0.0,
-                          time_limit_s, clock.elapsed())
+        return MilpResult(
+            Plan(instance, (), clock.wall_elapsed()),
+            OPTIMAL,
+            0.0,
+            0.0,
+            time_limit_s,
+            clock.elapsed(),
+        )
 
     lower = 0.0
     candidates: list[Packing] = []
@@ -170,8 +176,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         return best_cost() <= lower + TOLERANCE
 
     relaxations: list[tuple[float, Aggregate, list[Packing]]] = []
-    for candidate, bound in _candidates(instance, lambda: clock.until(CANDIDATE_SHARE),
-                                        relaxations):
+    for candidate, bound in _candidates(
+        instance, lambda: clock.until(CANDIDATE_SHARE), relaxations
+    ):
         lower = max(lower, bound)
         if candidate is not None and within_limits(instance, candidate):
             candidates.append(candidate)
@@ -195,8 +202,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     if not closed():
         cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))
         for candidate in cheapest[:IMPROVED_CANDIDATES]:
-            candidates.append(improve(instance, candidate,
-                                      deadline=lambda: clock.until(IMPROVE_SHARE) <= 0))
+            candidates.append(
+                improve(instance, candidate, deadline=lambda: clock.until(IMPROVE_SHARE) <= 0)
+            )
     if not closed() and candidates:
         patterns = [(t, b) for p in candidates for t, bins in p.items() for b in bins]
         limit = max(clock.until(MASTER_SHARE), 0.5)
@@ -221,8 +229,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
             return _result(instance, candidates, lower, time_limit_s, clock)
         if model.problem.status == pulp.LpStatusInfeasible:
             if incumbent is None:
-                raise NoFeasiblePlan("no plan places every task within max_reserved and "
-                                     "max_surcharge")
+                raise NoFeasiblePlan(
+                    "no plan places every task within max_reserved and max_surcharge"
+                )
             # CBC has called this model infeasible on a 200-task instance stopped on its time
             # limit, though the warm start satisfies it: with a plan in hand, that proves nothing.
             cbc_bound = None
@@ -236,22 +245,28 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
     return _result(instance, candidates, lower, time_limit_s, clock)
 
 
-def _result(instance: Instance, candidates: list[Packing], lower: float, time_limit_s: float,
-            clock: CpuClock) -> MilpResult:
+def _result(
+    instance: Instance,
+    candidates: list[Packing],
+    lower: float,
+    time_limit_s: float,
+    clock: CpuClock,
+) -> MilpResult:
     """The cheapest checked candidate, optimal if it meets ``lower``."""
     plan = _cheapest_feasible(instance, candidates, clock.wall_elapsed())
     if plan is None:
-        raise NoFeasiblePlan(f"no plan found within {time_limit_s:g} s (none proven "
-                             "impossible either)")
+        raise NoFeasiblePlan(
+            f"no plan found within {time_limit_s:g} s (none proven impossible either)"
+        )
     cost = plan.total_cost
     if cost <= lower + TOLERANCE:
         return MilpResult(plan, OPTIMAL, 0.0, cost, time_limit_s, clock.elapsed())
-    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost, lower, time_limit_s,
-                      clock.elapsed())
+    return MilpResult(plan, TIME_LIMIT, (cost - lower) / cost, lower, time_limit_s, clock.elapsed())
 
 
-def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seconds: float
-                       ) -> Plan | None:
+def _cheapest_feasible(
+    instance: Instance, candidates: list[Packing], solve_seconds: float
+) -> Plan | None:
     """The cheapest candidate that passes ``validate_plan``: what the solver returns is checked,
     whichever phase made it."""
     for packing in sorted(candidates, key=lambda p: packing_cost(instance, p)):
@@ -264,9 +279,11 @@ def _cheapest_feasible(instance: Instance, candidates: list[Packing], solve_seco
     return None
 
 
-def _candidates(instance: Instance, time_left: Callable[[], float],
-                relaxations: list[tuple[float, Aggregate, list[Packing]]]
-                ) -> Iterator[tuple[Packing | None, float]]:
+def _candidates(
+    instance: Instance,
+    time_left: Callable[[], float],
+    relaxations: list[tuple[float, Aggregate, list[Packing]]],
+) -> Iterator[tuple[Packing | None, float]]:
     """Candidate packings (None when a relaxation found no task -> type choice), each with the
     lower bound known when it was made. Each relaxation with a task -> type choice is appended
     to ``relaxations`` with its capacity share and its packings by minimum bin slack."""
@@ -286,19 +303,29 @@ def _candidates(instance: Instance, time_left: Callable[[], float],
             yield None, lower
             continue
         exact = aggregate.bins or {}
-        packings = [{type_name: exact[type_name] if type_name in exact
-                     else min_slack_bins(instance, type_name, task_ids, power)
-                     for type_name, task_ids in aggregate.by_type.items()}
-                    for power in SCARCITY_POWERS]
+        packings = [
+            {
+                type_name: exact[type_name]
+                if type_name in exact
+                else min_slack_bins(instance, type_name, task_ids, power)
+                for type_name, task_ids in aggregate.by_type.items()
+            }
+            for power in SCARCITY_POWERS
+        ]
         # Recorded before the packings are yielded: the caller may stop at any yield.
         relaxations.append((share, aggregate, packings))
         for packing in packings:
             yield eliminate_bins(instance, packing), lower
 
 
-def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[Packing]]],
-            lower: float, cost_to_beat: Callable[[], float], clock: CpuClock, share: float
-            ) -> Iterator[Packing]:
+def _filled(
+    instance: Instance,
+    relaxations: list[tuple[float, Aggregate, list[Packing]]],
+    lower: float,
+    cost_to_beat: Callable[[], float],
+    clock: CpuClock,
+    share: float,
+) -> Iterator[Packing]:
     """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
     tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
     counts (the bound's first: a plan that meets the bound), and the bound's counts with nodes
@@ -340,16 +367,17 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
             key = tuple(sorted(variant))
             cost = _bins_cost(instance, key)
             if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
-                trials[key] = (cost, _nearest_start(key, starts),
-                               len(variant) > len(bins) + 1)
+                trials[key] = (cost, _nearest_start(key, starts), len(variant) > len(bins) + 1)
     # (later, cost, node types, start): the bound's own counts from every relaxation's start.
     # The first pass tries the relaxations' counts, one node more and one exchanged first, then
     # the bound's counts from the other starts and several nodes more: those are many, and
     # cheaper than counts that often pack (on uniform/tight/dear seed 1 they took the whole
     # phase before a count with one node exchanged, which packs in 0.02 s CPU, was reached).
-    attempts = [(later or start is not own, cost, bins, start)
-                for bins, (cost, own, later) in trials.items()
-                for start in ([start for _, start in starts] if bins == bound_bins else [own])]
+    attempts = [
+        (later or start is not own, cost, bins, start)
+        for bins, (cost, own, later) in trials.items()
+        for start in ([start for _, start in starts] if bins == bound_bins else [own])
+    ]
     attempts.sort(key=lambda attempt: attempt[:2])
     failed: list[tuple[float, BinSearch]] = []
     for _, cost, bins, start in attempts:
@@ -376,20 +404,22 @@ def _filled(instance: Instance, relaxations: list[tuple[float, Aggregate, list[P
             yield packing
 
 
-def _nearest_start(bins: tuple[str, ...], starts: list[tuple[dict[str, int], Packing]]
-                   ) -> Packing:
+def _nearest_start(bins: tuple[str, ...], starts: list[tuple[dict[str, int], Packing]]) -> Packing:
     """The start of the relaxation whose node counts are nearest to ``bins`` (fewest nodes
     added or removed, the first on ties): its bins land on the nodes of their type, and
     the fewer tasks are left to place greedily, the more of its packing the search keeps (on
     skewed/loose/dear seed 1 of the benchmark's families, the bound's counts with one node
     exchanged for two packed in 0.05 s CPU from the 0.98 relaxation's packing, one node from
     it, and not in 1 s from the bound's)."""
-    return min(starts, key=lambda start: sum(abs(bins.count(name) - count)
-                                             for name, count in start[0].items()))[1]
+    return min(
+        starts,
+        key=lambda start: sum(abs(bins.count(name) - count) for name, count in start[0].items()),
+    )[1]
 
 
-def _near_counts(instance: Instance, bins: tuple[str, ...], cost_to_beat: float
-                 ) -> list[tuple[str, ...]]:
+def _near_counts(
+    instance: Instance, bins: tuple[str, ...], cost_to_beat: float
+) -> list[tuple[str, ...]]:
     """The node types ``bins`` with nodes of one type added (one, two, ... while cheaper than
     ``cost_to_beat``: a few small cheap nodes can take the tasks that do not fit full nodes of
     the pooled types), and with one node of a type exchanged for one of another type or for two
@@ -401,8 +431,10 @@ def _near_counts(instance: Instance, bins: tuple[str, ...], cost_to_beat: float
         if not room_for(nt, bins.count(nt.name)):
             continue
         added = bins
-        while (room_for(nt, added.count(nt.name))
-               and _bins_cost(instance, (*added, nt.name)) < cost_to_beat):
+        while (
+            room_for(nt, added.count(nt.name))
+            and _bins_cost(instance, (*added, nt.name)) < cost_to_beat
+        ):
             added = (*added, nt.name)
             variants.append(added)
         for other in dict.fromkeys(bins):
@@ -418,8 +450,9 @@ def _near_counts(instance: Instance, bins: tuple[str, ...], cost_to_beat: float
     return variants
 
 
-def _shrunk(instance: Instance, packing: Packing, lower: float, clock: CpuClock, share: float
-            ) -> Iterator[Packing]:
+def _shrunk(
+    instance: Instance, packing: Packing, lower: float, clock: CpuClock, share: float
+) -> Iterator[Packing]:
     """Plans with one node fewer than the last, each by ``pack_on_bins`` from the last: the node
     dropped is of the type whose last node saves the most that can spare one, else the next
     type (nodes that would cost less than ``lower`` are not tried). Stops when no type can spare
@@ -427,11 +460,11 @@ def _shrunk(instance: Instance, packing: Packing, lower: float, clock: CpuClock,
     current = packing
     while clock.until(share) > 0:
         counts = {name: len(bins) for name, bins in current.items() if bins}
-        by_saving = sorted(counts, key=lambda name: -last_bin_price(instance.node_type(name),
-                                                                     counts[name]))
+        by_saving = sorted(
+            counts, key=lambda name: -last_bin_price(instance.node_type(name), counts[name])
+        )
         for name in by_saving:
-            bins = tuple(t for t, count in counts.items()
-                         for _ in range(count - (t == name)))
+            bins = tuple(t for t, count in counts.items() for _ in range(count - (t == name)))
             if _bins_cost(instance, bins) < lower - TOLERANCE:
                 continue  # cheaper than the lower bound: no packing exists
             stop = clock.elapsed() + 0.5 * clock.until(share)
@@ -449,15 +482,20 @@ def _shrunk(instance: Instance, packing: Packing, lower: float, clock: CpuClock,
 def _holds_volume(instance: Instance, bins: tuple[str, ...]) -> bool:
     """True if the nodes' summed capacity holds the summed demand in every dimension (else no
     packing on them exists)."""
-    capacity = Resources(*(sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
-                           for d in range(len(DIMENSIONS))))
+    capacity = Resources(
+        *(
+            sum(instance.node_type(name).capacity.as_tuple()[d] for name in bins)
+            for d in range(len(DIMENSIONS))
+        )
+    )
     return instance.total_demand().fits_in(capacity)
 
 
 def _bins_cost(instance: Instance, bins: tuple[str, ...]) -> float:
     """What nodes of these types cost, each type's first ``max_reserved`` reserved."""
-    return packing_cost(instance, {nt.name: [[]] * bins.count(nt.name)
-                                   for nt in instance.node_types})
+    return packing_cost(
+        instance, {nt.name: [[]] * bins.count(nt.name) for nt in instance.node_types}
+    )
 
 
 class _Model:
@@ -511,8 +549,10 @@ class _Model:
             for d, dim in enumerate(DIMENSIONS):
                 load = [(instance.task(tid).demand.as_tuple()[d], var) for tid, var in members]
                 if any(amount > 0 for amount, _ in load):
-                    prob += (pulp.lpSum(a * v for a, v in load)
-                             <= getattr(capacity, dim) * self.y[type_name, j])
+                    prob += (
+                        pulp.lpSum(a * v for a, v in load)
+                        <= getattr(capacity, dim) * self.y[type_name, j]
+                    )
         # The aggregated bound as a cut: CBC starts from it instead of the weak assignment LP.
         prob += pulp.lpSum(cost_terms) >= lower - TOLERANCE
         if warm is not None:

@@ -138,8 +138,9 @@ class Instance:
             _check_node_type(nt)
         for task in self.tasks:
             _check_resources(f"task {task.id!r} demand", task.demand)
-            if not any(task.demand.fits_in(nt.capacity) for nt in self.node_types
-                       if nt.max_nodes != 0):
+            if not any(
+                task.demand.fits_in(nt.capacity) for nt in self.node_types if nt.max_nodes != 0
+            ):
                 raise InstanceError(
                     f"task {task.id!r} (demand {_fmt(task.demand)}) fits no node type"
                 )
@@ -159,8 +160,11 @@ class Instance:
                 {
                     "name": nt.name,
                     "capacity": nt.capacity.to_json(),
-                    "price": {"reserved": nt.reserved, "usage": nt.usage,
-                              "surcharge": nt.surcharge},
+                    "price": {
+                        "reserved": nt.reserved,
+                        "usage": nt.usage,
+                        "surcharge": nt.surcharge,
+                    },
                     "max_reserved": nt.max_reserved,
                     "max_surcharge": nt.max_surcharge,
                 }
@@ -200,8 +204,9 @@ def make_nodes(groups: Iterable[tuple[str, Kind, Sequence[str]]]) -> tuple[Node,
     nodes = []
     for type_name, kind, tasks in groups:
         seen[type_name, kind] += 1
-        nodes.append(Node(f"{type_name}-{kind[0]}{seen[type_name, kind]}", type_name, kind,
-                          tuple(tasks)))
+        nodes.append(
+            Node(f"{type_name}-{kind[0]}{seen[type_name, kind]}", type_name, kind, tuple(tasks))
+        )
     return tuple(nodes)
 
 
@@ -252,8 +257,12 @@ class Plan:
         """Placed demand over the capacity of all nodes in the plan (idle ones included)."""
         capacity = sum((self.instance.node_type(n.type).capacity for n in self.nodes), ZERO)
         demand = self.instance.total_demand()
-        return Resources(*(d / c if c > 0 else 0.0
-                           for d, c in zip(demand.as_tuple(), capacity.as_tuple(), strict=True)))
+        return Resources(
+            *(
+                d / c if c > 0 else 0.0
+                for d, c in zip(demand.as_tuple(), capacity.as_tuple(), strict=True)
+            )
+        )
 
     def to_json(self) -> dict[str, Any]:
         cost = self.cost
@@ -316,11 +325,15 @@ def validate_plan(instance: Instance, plan: Plan) -> None:
     counts = plan.node_counts()
     for nt in instance.node_types:
         if counts[nt.name, "reserved"] > nt.max_reserved:
-            raise ValueError(f"{counts[nt.name, 'reserved']} reserved {nt.name!r} nodes "
-                             f"exceed max_reserved={nt.max_reserved}")
+            raise ValueError(
+                f"{counts[nt.name, 'reserved']} reserved {nt.name!r} nodes "
+                f"exceed max_reserved={nt.max_reserved}"
+            )
         if nt.max_surcharge is not None and counts[nt.name, "surcharge"] > nt.max_surcharge:
-            raise ValueError(f"{counts[nt.name, 'surcharge']} surcharge {nt.name!r} nodes "
-                             f"exceed max_surcharge={nt.max_surcharge}")
+            raise ValueError(
+                f"{counts[nt.name, 'surcharge']} surcharge {nt.name!r} nodes "
+                f"exceed max_surcharge={nt.max_surcharge}"
+            )
 
 
 # --- validation and parsing helpers ---------------------------------------------------------
@@ -358,8 +371,9 @@ def _check_node_type(nt: NodeType) -> None:
         )
     for name in ("max_reserved", "max_surcharge"):
         value = getattr(nt, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
             raise InstanceError(f"{where} {name} must be a non-negative integer, got {value!r}")
 
 
@@ -399,8 +413,7 @@ class _Obj:
     def count(self, key: str) -> int:
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InstanceError(f"{self.where}.{key} must be a non-negative integer, "
-                                f"got {value!r}")
+            raise InstanceError(f"{self.where}.{key} must be a non-negative integer, got {value!r}")
         return value
 
     def string(self, key: str) -> str:
@@ -416,8 +429,10 @@ class _Obj:
 
 
 def _node_type_from_json(o: _Obj) -> NodeType:
-    o.keys(required={"name", "capacity", "price", "max_reserved"},
-           optional=frozenset({"max_surcharge"}))
+    o.keys(
+        required={"name", "capacity", "price", "max_reserved"},
+        optional=frozenset({"max_surcharge"}),
+    )
     price = o.obj("price")
     price.keys(required={"reserved", "usage", "surcharge"})
     max_surcharge = None if o.data.get("max_surcharge") is None else o.count("max_surcharge")

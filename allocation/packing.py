@@ -30,8 +30,7 @@ def packing_of(plan: Plan) -> Packing:
 
 def packing_cost(instance: Instance, packing: Packing) -> float:
     return sum(
-        nt.busy_reserved_cost * min(n, nt.max_reserved)
-        + nt.surcharge * max(0, n - nt.max_reserved)
+        nt.busy_reserved_cost * min(n, nt.max_reserved) + nt.surcharge * max(0, n - nt.max_reserved)
         for nt in instance.node_types
         for n in [len(packing.get(nt.name, []))]
     )
@@ -39,8 +38,10 @@ def packing_cost(instance: Instance, packing: Packing) -> float:
 
 def within_limits(instance: Instance, packing: Packing) -> bool:
     """True if no type has more bins than ``max_reserved + max_surcharge``."""
-    return all(nt.max_nodes is None or len(packing.get(nt.name, [])) <= nt.max_nodes
-               for nt in instance.node_types)
+    return all(
+        nt.max_nodes is None or len(packing.get(nt.name, [])) <= nt.max_nodes
+        for nt in instance.node_types
+    )
 
 
 def packing_plan(instance: Instance, packing: Packing, solve_seconds: float) -> Plan:
@@ -51,8 +52,9 @@ def packing_plan(instance: Instance, packing: Packing, solve_seconds: float) -> 
     return Plan(instance, make_nodes(groups), solve_seconds)
 
 
-def min_slack_bins(instance: Instance, type_name: str, task_ids: Sequence[str],
-                   scarcity_power: float) -> list[list[str]]:
+def min_slack_bins(
+    instance: Instance, type_name: str, task_ids: Sequence[str], scarcity_power: float
+) -> list[list[str]]:
     """Pack tasks on nodes of one type with minimum bin slack (Gupta and Ho), for vectors.
 
     Bins are filled one at a time. Each takes the largest remaining task plus the subset of the
@@ -78,8 +80,12 @@ def min_slack_bins(instance: Instance, type_name: str, task_ids: Sequence[str],
     return bins
 
 
-def _best_subset(ordered: list[str], demand: Mapping[str, tuple[float, ...]],
-                 capacity: tuple[float, ...], weight: dict[int, float]) -> list[str]:
+def _best_subset(
+    ordered: list[str],
+    demand: Mapping[str, tuple[float, ...]],
+    capacity: tuple[float, ...],
+    weight: dict[int, float],
+) -> list[str]:
     """``ordered[0]`` plus the best-filling subset of the rest found within SEARCH_NODES."""
 
     def fill(load: tuple[float, ...]) -> float:
@@ -98,9 +104,13 @@ def _best_subset(ordered: list[str], demand: Mapping[str, tuple[float, ...]],
         demands are non-negative, so loads only grow and each level of the search need only scan
         what fit its parent."""
         cpu, memory, bandwidth = load
-        return [k for k in candidates
-                if cpu + rows[k][0] <= limit_cpu and memory + rows[k][1] <= limit_memory
-                and bandwidth + rows[k][2] <= limit_bandwidth]
+        return [
+            k
+            for k in candidates
+            if cpu + rows[k][0] <= limit_cpu
+            and memory + rows[k][1] <= limit_memory
+            and bandwidth + rows[k][2] <= limit_bandwidth
+        ]
 
     def search(load: tuple[float, ...], candidates: list[int]) -> None:
         nonlocal best, best_fill, nodes
@@ -113,7 +123,7 @@ def _best_subset(ordered: list[str], demand: Mapping[str, tuple[float, ...]],
                 return
             new = tuple(a + b for a, b in zip(load, rows[k], strict=True))
             chosen.append(k)
-            search(new, fitting(new, candidates[position + 1:]))
+            search(new, fitting(new, candidates[position + 1 :]))
             chosen.pop()
 
     search(rows[0], fitting(rows[0], list(range(1, len(ordered)))))
@@ -135,8 +145,14 @@ def eliminate_bins(instance: Instance, packing: Packing) -> Packing:
         moves: list[tuple[int, str]] = []
         for task_id in bins[victim][1]:
             demand = instance.task(task_id).demand
-            target = next((k for k in sorted(alive) if (trial[k] + demand).fits_in(
-                instance.node_type(bins[k][0]).capacity)), None)
+            target = next(
+                (
+                    k
+                    for k in sorted(alive)
+                    if (trial[k] + demand).fits_in(instance.node_type(bins[k][0]).capacity)
+                ),
+                None,
+            )
             if target is None:
                 alive.add(victim)
                 break
@@ -158,5 +174,6 @@ def _load(instance: Instance, tasks: list[str]) -> Resources:
 
 def _fill(instance: Instance, type_name: str, load: Resources) -> float:
     capacity = instance.node_type(type_name).capacity.as_tuple()
-    return max((a / c for a, c in zip(load.as_tuple(), capacity, strict=True) if c > 0),
-               default=0.0)
+    return max(
+        (a / c for a, c in zip(load.as_tuple(), capacity, strict=True) if c > 0), default=0.0
+    )

@@ -148,9 +148,7 @@ def crawl_with_cli(seeds: list[str], out_root: Path) -> tuple[Path, float, int]:
     command += ["--out", str(out_root), "--crawl-id", "hostile-site"]
     started = time.monotonic()
     try:
-        done = subprocess.run(
-            command, capture_output=True, timeout=2 * CLI_GOAL_S, check=False
-        )
+        done = subprocess.run(command, capture_output=True, timeout=2 * CLI_GOAL_S, check=False)
         code = done.returncode
     except subprocess.TimeoutExpired:
         code = -1

@@ -34,9 +34,7 @@ class CrawlRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seeds: list[str] = Field(min_length=1, description="start URLs; their servers are in scope")
-    allow: list[str] = Field(
-        default_factory=list, description="extra servers HOST[:PORT] in scope"
-    )
+    allow: list[str] = Field(default_factory=list, description="extra servers HOST[:PORT] in scope")
     allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
     nodes: int | None = Field(
         None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"

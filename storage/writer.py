@@ -179,9 +179,7 @@ class CommitGroupWriter:
             sync(parent)
         self._sequence = next_free_sequence(directories, prefix)
 
-    def record(
-        self, rows: Mapping[str, Sequence[Row]], exchange: Exchange | None = None
-    ) -> None:
+    def record(self, rows: Mapping[str, Sequence[Row]], exchange: Exchange | None = None) -> None:
         """Buffer rows that belong together (they commit in one batch), and commit the batch
         when it is due. `exchange`: archived to WARC with them; the last row given of the
         commit dataset gets the record's location.

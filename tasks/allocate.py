@@ -88,17 +88,19 @@ def plan_rows(
     return rows
 
 
-def artifact_rows(rows: list[dict[str, Any]], decision: CrawlAllocation
-                  ) -> list[dict[str, Any]]:
+def artifact_rows(rows: list[dict[str, Any]], decision: CrawlAllocation) -> list[dict[str, Any]]:
     """The plan rows plus, on the MILP's row, whether it hit its time limit and the gap it
     proved (the Parquet dataset keeps its stable columns)."""
     extended = []
     for row in rows:
         milp = decision.milp if row["solver"] == "milp" else None
-        extended.append(row | {
-            "time_limit_hit": None if milp is None else milp.time_limit_hit,
-            "proven_gap": None if milp is None else milp.gap,
-        })
+        extended.append(
+            row
+            | {
+                "time_limit_hit": None if milp is None else milp.time_limit_hit,
+                "proven_gap": None if milp is None else milp.gap,
+            }
+        )
     return extended
 
 
@@ -157,8 +159,11 @@ def allocate_nodes(
     for row in rows:
         writer.write(row)
     writer.flush()
-    create_table_artifact(artifact_rows(rows, decision), key="crawl-allocation",
-                          description=allocation_description(decision))
+    create_table_artifact(
+        artifact_rows(rows, decision),
+        key="crawl-allocation",
+        description=allocation_description(decision),
+    )
     logger.info(
         "allocation: %s plan costs %.2f (first fit %.2f); %d nodes for %d servers%s. %s",
         decision.solver,

@@ -39,14 +39,24 @@ from allocation.report import compare, comparison_json, plan_command, plans_tabl
 def instance_json() -> dict[str, Any]:
     return {
         "node_types": [
-            {"name": "small", "capacity": {"cpu": 4, "memory_gb": 8, "bandwidth_mbps": 100},
-             "price": {"reserved": 1.0, "usage": 0.5, "surcharge": 3.0}, "max_reserved": 2},
-            {"name": "big", "capacity": {"cpu": 8, "memory_gb": 16, "bandwidth_mbps": 200},
-             "price": {"reserved": 1.8, "usage": 0.8, "surcharge": 5.0}, "max_reserved": 1,
-             "max_surcharge": 2},
+            {
+                "name": "small",
+                "capacity": {"cpu": 4, "memory_gb": 8, "bandwidth_mbps": 100},
+                "price": {"reserved": 1.0, "usage": 0.5, "surcharge": 3.0},
+                "max_reserved": 2,
+            },
+            {
+                "name": "big",
+                "capacity": {"cpu": 8, "memory_gb": 16, "bandwidth_mbps": 200},
+                "price": {"reserved": 1.8, "usage": 0.8, "surcharge": 5.0},
+                "max_reserved": 1,
+                "max_surcharge": 2,
+            },
         ],
-        "tasks": [{"id": f"t{i}", "demand": {"cpu": 1 + i % 3, "memory_gb": 2,
-                                             "bandwidth_mbps": 20}} for i in range(8)],
+        "tasks": [
+            {"id": f"t{i}", "demand": {"cpu": 1 + i % 3, "memory_gb": 2, "bandwidth_mbps": 20}}
+            for i in range(8)
+        ],
     }
 
 
@@ -83,20 +93,26 @@ def break_json(path: list[Any], value: Any = None, delete: bool = False) -> dict
     return data
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (break_json(["tasks"], delete=True), "missing key 'tasks'"),
-    (break_json(["node_types", 0, "price", "usage"], delete=True), "missing key 'usage'"),
-    (break_json(["tasks", 1, "demand", "cpu"], -1), "non-negative"),
-    (break_json(["tasks", 1, "demand", "cpu"], True), "must be a number"),
-    (break_json(["node_types", 0, "max_reserved"], 1.5), "non-negative integer"),
-    (break_json(["node_types", 0, "price", "surcharge"], 1.5), r"must exceed reserved \+ usage"),
-    (break_json(["node_types", 1, "name"], "small"), "duplicate node type name 'small'"),
-    (break_json(["tasks", 1, "id"], "t0"), "duplicate task id 't0'"),
-    (break_json(["tasks", 1, "demand", "cpu"], 9), "fits no node type"),
-    (break_json(["node_types", 0, "max_surchage"], 1), "unknown key 'max_surchage'"),
-    (break_json(["node_types"], []), "no node types"),
-    ([], "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (break_json(["tasks"], delete=True), "missing key 'tasks'"),
+        (break_json(["node_types", 0, "price", "usage"], delete=True), "missing key 'usage'"),
+        (break_json(["tasks", 1, "demand", "cpu"], -1), "non-negative"),
+        (break_json(["tasks", 1, "demand", "cpu"], True), "must be a number"),
+        (break_json(["node_types", 0, "max_reserved"], 1.5), "non-negative integer"),
+        (
+            break_json(["node_types", 0, "price", "surcharge"], 1.5),
+            r"must exceed reserved \+ usage",
+        ),
+        (break_json(["node_types", 1, "name"], "small"), "duplicate node type name 'small'"),
+        (break_json(["tasks", 1, "id"], "t0"), "duplicate task id 't0'"),
+        (break_json(["tasks", 1, "demand", "cpu"], 9), "fits no node type"),
+        (break_json(["node_types", 0, "max_surchage"], 1), "unknown key 'max_surchage'"),
+        (break_json(["node_types"], []), "no node types"),
+        ([], "must be a JSON object"),
+    ],
+)
 def test_from_json_rejects_bad_input_with_one_line(data: Any, message: str) -> None:
     with pytest.raises(InstanceError, match=message) as info:
         Instance.from_json(data)
@@ -114,26 +130,36 @@ def test_load_instance_reports_unreadable_files(tmp_path: Path) -> None:
 
 def test_cost_model() -> None:
     instance = Instance((one_type(),), tasks(1, 1))
-    plan = Plan(instance, (
-        Node("a", "n", "reserved", ("t0",)),       # reserved + usage
-        Node("b", "n", "reserved", ()),            # reserved only: idle
-        Node("c", "n", "surcharge", ("t1",)),      # surcharge
-    ))
+    plan = Plan(
+        instance,
+        (
+            Node("a", "n", "reserved", ("t0",)),  # reserved + usage
+            Node("b", "n", "reserved", ()),  # reserved only: idle
+            Node("c", "n", "surcharge", ("t1",)),  # surcharge
+        ),
+    )
     cost = plan_cost(instance, plan)
     assert (cost.reserved, cost.usage, cost.surcharge) == (2.0, 0.5, 3.0)
     assert plan.total_cost == 5.5
     validate_plan(instance, plan)
 
 
-@pytest.mark.parametrize(("nodes", "message"), [
-    ((Node("a", "n", "reserved", ("t0", "t1", "t2")),), "overloaded"),
-    ((Node("a", "n", "reserved", ("t0",)),), "placed 0 times"),
-    ((Node("a", "n", "reserved", ("t0", "t1")), Node("b", "n", "surcharge", ("t1",))),
-     "placed 2 times"),
-    ((Node("a", "n", "reserved", ("t0", "t2")), Node("b", "n", "reserved", ("t1",))),
-     "exceed max_reserved"),
-    ((Node("a", "x", "reserved", ("t0", "t1")),), "unknown type"),
-])
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        ((Node("a", "n", "reserved", ("t0", "t1", "t2")),), "overloaded"),
+        ((Node("a", "n", "reserved", ("t0",)),), "placed 0 times"),
+        (
+            (Node("a", "n", "reserved", ("t0", "t1")), Node("b", "n", "surcharge", ("t1",))),
+            "placed 2 times",
+        ),
+        (
+            (Node("a", "n", "reserved", ("t0", "t2")), Node("b", "n", "reserved", ("t1",))),
+            "exceed max_reserved",
+        ),
+        ((Node("a", "x", "reserved", ("t0", "t1")),), "unknown type"),
+    ],
+)
 def test_validate_plan_rejects_infeasible_plans(nodes: tuple[Node, ...], message: str) -> None:
     instance = Instance((one_type(max_reserved=1),), tasks(2, 2, 1))
     with pytest.raises(ValueError, match=message):
@@ -154,7 +180,10 @@ def test_first_fit_buys_surcharge_nodes_when_reservations_run_out() -> None:
     instance = Instance((one_type(),), tasks(3, 3, 3))
     plan = first_fit(instance, {"n": 1})
     assert [(n.kind, n.tasks) for n in plan.nodes] == [
-        ("reserved", ("t0",)), ("surcharge", ("t1",)), ("surcharge", ("t2",))]
+        ("reserved", ("t0",)),
+        ("surcharge", ("t1",)),
+        ("surcharge", ("t2",)),
+    ]
     assert plan.surcharge_cost == 6.0
 
 
@@ -222,9 +251,10 @@ def test_milp_explains_a_missing_solver(monkeypatch: pytest.MonkeyPatch) -> None
 def test_milp_stops_on_the_time_limit_with_its_gap(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without candidate plans the full model has to find and prove everything by itself.
     monkeypatch.setattr(milp, "_candidates", lambda instance, time_left, relaxations: iter(()))
-    instance = Instance((one_type(max_reserved=4),),
-                        tuple(Task(f"t{i}", Resources(0.3 + 0.07 * (i % 11), 0.5, 0.5))
-                              for i in range(60)))
+    instance = Instance(
+        (one_type(max_reserved=4),),
+        tuple(Task(f"t{i}", Resources(0.3 + 0.07 * (i % 11), 0.5, 0.5)) for i in range(60)),
+    )
     result = solve_milp(instance, time_limit_s=1.5)
     validate_plan(instance, result.plan)
     # The limit is CPU time (wall time on a loaded machine can be many times longer).
@@ -238,11 +268,11 @@ def test_milp_stops_on_the_time_limit_with_its_gap(monkeypatch: pytest.MonkeyPat
 
 def test_host_demand_follows_the_documented_estimate() -> None:
     demand = host_demand(pages=3600, avg_page_kb=100, pages_per_s_per_host=2, budget_s=3600)
-    assert demand.cpu == pytest.approx(1 * (0.005 + 0.0003 * 100))   # 1 page/s needed
+    assert demand.cpu == pytest.approx(1 * (0.005 + 0.0003 * 100))  # 1 page/s needed
     assert demand.bandwidth_mbps == pytest.approx(1 * 100 * 8 / 1000)
     assert demand.memory_gb == pytest.approx((3600 * 300 + 256 * 1024 + 2 * 100_000) / 1e9)
     capped = host_demand(pages=360_000, avg_page_kb=100, pages_per_s_per_host=2, budget_s=3600)
-    assert capped.cpu == pytest.approx(2 * (0.005 + 0.0003 * 100))   # politeness rate
+    assert capped.cpu == pytest.approx(2 * (0.005 + 0.0003 * 100))  # politeness rate
 
 
 def test_small_hosts_are_grouped_into_few_tasks() -> None:
@@ -258,8 +288,9 @@ def test_small_hosts_are_grouped_into_few_tasks() -> None:
 def test_plan_crawl_maps_every_host_to_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
     host_pages = {f"h{i}.example": 500 * (i + 1) for i in range(40)}
     types = local_node_types(cpus=4, memory_gb=8)
-    decision = scope_crawl(host_pages, types, avg_page_kb=100, pages_per_s_per_host=5,
-                          budget_s=60, time_limit_s=2)
+    decision = scope_crawl(
+        host_pages, types, avg_page_kb=100, pages_per_s_per_host=5, budget_s=60, time_limit_s=2
+    )
     validate_plan(decision.instance, decision.chosen)
     assert decision.solver == "milp"
     assert decision.milp_cost is not None and decision.milp_cost <= decision.first_fit_cost
@@ -267,8 +298,7 @@ def test_plan_crawl_maps_every_host_to_one_node(monkeypatch: pytest.MonkeyPatch)
     assert sorted(placed) == sorted(host_pages)
 
     monkeypatch.setattr(pulp.COIN_CMD, "available", lambda self: False)
-    fallback = scope_crawl(host_pages, types, avg_page_kb=100, pages_per_s_per_host=5,
-                          budget_s=60)
+    fallback = scope_crawl(host_pages, types, avg_page_kb=100, pages_per_s_per_host=5, budget_s=60)
     assert fallback.solver == "first_fit" and fallback.milp is None
 
 
@@ -282,7 +312,8 @@ def test_local_node_types_validate() -> None:
 
 
 def test_plan_command_prints_and_writes_the_documented_json(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "instance.json"
     path.write_text(json.dumps(instance_json()))
     out = tmp_path / "plans.json"
@@ -291,8 +322,14 @@ def test_plan_command_prints_and_writes_the_documented_json(
     plans = json.loads(out.read_text())["plans"]
     assert set(plans) == {"first_fit", "ffd", "milp"}
     for plan in plans.values():
-        assert {"total_cost", "reserved_cost", "usage_cost", "surcharge_cost", "solve_seconds",
-                "nodes"} <= set(plan)
+        assert {
+            "total_cost",
+            "reserved_cost",
+            "usage_cost",
+            "surcharge_cost",
+            "solve_seconds",
+            "nodes",
+        } <= set(plan)
         assert {"id", "type", "kind", "tasks"} == set(plan["nodes"][0])
     assert plans["milp"]["status"] == OPTIMAL and plans["milp"]["gap"] == 0
 

@@ -22,8 +22,11 @@ from allocation.model import (
     validate_plan,
 )
 
-SETTINGS = settings(max_examples=100, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 @st.composite
@@ -33,20 +36,24 @@ def instances(draw: st.DrawFn, max_tasks: int, max_types: int = 3) -> Instance:
     for k in range(draw(st.integers(1, max_types))):
         reserved = draw(st.integers(0, 4))
         usage = draw(st.integers(0, 3))
-        node_types.append(NodeType(
-            name=f"type{k}",
-            capacity=Resources(*(draw(st.integers(1, 8)) for _ in range(3))),
-            reserved=float(reserved), usage=float(usage),
-            surcharge=float(reserved + usage + draw(st.integers(1, 6))),
-            max_reserved=draw(st.integers(0, 3)),
-            max_surcharge=draw(st.one_of(st.none(), st.integers(0, 3))),
-        ))
+        node_types.append(
+            NodeType(
+                name=f"type{k}",
+                capacity=Resources(*(draw(st.integers(1, 8)) for _ in range(3))),
+                reserved=float(reserved),
+                usage=float(usage),
+                surcharge=float(reserved + usage + draw(st.integers(1, 6))),
+                max_reserved=draw(st.integers(0, 3)),
+                max_surcharge=draw(st.one_of(st.none(), st.integers(0, 3))),
+            )
+        )
     tasks = []
     for i in range(draw(st.integers(1, max_tasks))):
         # Each task is drawn to fit some type, so most instances are valid.
         capacity = draw(st.sampled_from(node_types)).capacity.as_tuple()
-        tasks.append(Task(f"t{i}", Resources(*(float(draw(st.integers(0, int(c))))
-                                                for c in capacity))))
+        tasks.append(
+            Task(f"t{i}", Resources(*(float(draw(st.integers(0, int(c)))) for c in capacity)))
+        )
     try:
         return Instance(tuple(node_types), tuple(tasks))
     except InstanceError:
@@ -69,8 +76,10 @@ def or_none(solver: Callable[[Instance], T], instance: Instance) -> T | None:
 def test_heuristic_plans_are_feasible(instance: Instance, data: st.DataObject) -> None:
     reserved = {nt.name: data.draw(st.integers(0, nt.max_reserved)) for nt in instance.node_types}
     for solver in (first_fit, first_fit_decreasing):
-        for plan in (or_none(solver, instance),
-                     or_none(lambda i, s=solver: s(i, reserved), instance)):
+        for plan in (
+            or_none(solver, instance),
+            or_none(lambda i, s=solver: s(i, reserved), instance),
+        ):
             if plan is not None:
                 validate_plan(instance, plan)
 
@@ -117,8 +126,9 @@ def brute_force(instance: Instance) -> float | None:
     best = None
     for blocks in partitions(list(instance.tasks)):
         loads = [sum((t.demand for t in block), Resources(0, 0, 0)) for block in blocks]
-        options = [[nt for nt in instance.node_types if load.fits_in(nt.capacity)]
-                   for load in loads]
+        options = [
+            [nt for nt in instance.node_types if load.fits_in(nt.capacity)] for load in loads
+        ]
         for choice in itertools.product(*options):
             cost = 0.0
             for nt in instance.node_types:
@@ -139,5 +149,5 @@ def partitions(items: list[Task]) -> Iterator[list[list[Task]]]:
     first, rest = items[0], items[1:]
     for smaller in partitions(rest):
         for k in range(len(smaller)):
-            yield smaller[:k] + [[first, *smaller[k]]] + smaller[k + 1:]
+            yield smaller[:k] + [[first, *smaller[k]]] + smaller[k + 1 :]
         yield [[first], *smaller]

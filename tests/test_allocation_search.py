@@ -44,10 +44,23 @@ from allocation.report import compare, comparison_json, milp_sentence, render
 from tasks.allocate import allocation_description, artifact_rows, plan_rows
 
 
-def node_type(name: str, size: float, busy: float, surcharge: float, max_reserved: int,
-              max_surcharge: int | None = None) -> NodeType:
-    return NodeType(name, Resources(size, size, size), reserved=busy * 2 / 3, usage=busy / 3,
-                    surcharge=surcharge, max_reserved=max_reserved, max_surcharge=max_surcharge)
+def node_type(
+    name: str,
+    size: float,
+    busy: float,
+    surcharge: float,
+    max_reserved: int,
+    max_surcharge: int | None = None,
+) -> NodeType:
+    return NodeType(
+        name,
+        Resources(size, size, size),
+        reserved=busy * 2 / 3,
+        usage=busy / 3,
+        surcharge=surcharge,
+        max_reserved=max_reserved,
+        max_surcharge=max_surcharge,
+    )
 
 
 def cubes(*sizes: float) -> tuple[Task, ...]:
@@ -86,16 +99,21 @@ def plain_model_optimum(instance: Instance) -> float | None:
             cost.append(nt.surcharge * opened)
             slots.append((nt, opened))
     prob += pulp.lpSum(cost)
-    place = {(i, k): prob.add_variable(f"x_{i}_{k}", cat=pulp.LpBinary)
-             for i in range(n) for k in range(len(slots))}
+    place = {
+        (i, k): prob.add_variable(f"x_{i}_{k}", cat=pulp.LpBinary)
+        for i in range(n)
+        for k in range(len(slots))
+    }
     for i in range(n):
         prob += pulp.lpSum(place[i, k] for k in range(len(slots))) == 1
     for k, (nt, opened) in enumerate(slots):
         for i in range(n):
             prob += place[i, k] <= opened
         for d in range(3):
-            prob += (pulp.lpSum(instance.tasks[i].demand.as_tuple()[d] * place[i, k]
-                                for i in range(n)) <= nt.capacity.as_tuple()[d] * opened)
+            prob += (
+                pulp.lpSum(instance.tasks[i].demand.as_tuple()[d] * place[i, k] for i in range(n))
+                <= nt.capacity.as_tuple()[d] * opened
+            )
     run_cbc(prob, 60)
     if prob.status == pulp.LpStatusInfeasible:
         return None
@@ -120,9 +138,12 @@ def test_cross_check_on_types_with_different_max_reserved() -> None:
     # Two types whose reservations run out at different counts: the cheap small type has 2,
     # the big one 1; the rest must be surcharge nodes of whichever is cheaper for the load.
     instance = Instance(
-        (node_type("small", 4, busy=1.0, surcharge=1.6, max_reserved=2),
-         node_type("big", 8, busy=1.9, surcharge=2.5, max_reserved=1)),
-        cubes(3, 3, 3, 2, 2, 2, 1, 1, 5))
+        (
+            node_type("small", 4, busy=1.0, surcharge=1.6, max_reserved=2),
+            node_type("big", 8, busy=1.9, surcharge=2.5, max_reserved=1),
+        ),
+        cubes(3, 3, 3, 2, 2, 2, 1, 1, 5),
+    )
     result = solve_milp(instance, time_limit_s=10)
     validate_plan(instance, result.plan)
     assert result.status == OPTIMAL
@@ -149,13 +170,15 @@ def test_the_aggregated_bound_never_exceeds_the_optimum(instance: Instance) -> N
 def test_feasible_sets_are_every_set_of_tasks_that_fits_one_node() -> None:
     rng = random.Random(5)
     nt = node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9)
-    tasks = [Task(f"t{i}", Resources(*(rng.uniform(0.5, 6) for _ in range(3))))
-             for i in range(9)]
+    tasks = [Task(f"t{i}", Resources(*(rng.uniform(0.5, 6) for _ in range(3)))) for i in range(9)]
     expected = sorted(
-        list(members) for size in range(1, len(tasks) + 1)
+        list(members)
+        for size in range(1, len(tasks) + 1)
         for members in itertools.combinations(range(len(tasks)), size)
-        if sum((tasks[a].demand for a in members[1:]), tasks[members[0]].demand
-               ).fits_in(nt.capacity))
+        if sum((tasks[a].demand for a in members[1:]), tasks[members[0]].demand).fits_in(
+            nt.capacity
+        )
+    )
     found = feasible_sets(nt, tasks, limit=10_000, max_tasks=len(tasks))
     assert found is not None and sorted(found) == expected
     assert feasible_sets(nt, tasks, limit=len(expected) - 1, max_tasks=len(tasks)) is None
@@ -167,9 +190,13 @@ def test_feasible_sets_bound_what_pooled_volume_and_cuts_miss() -> None:
     # No three of these five tasks fit one node together, so they need three nodes; their
     # volume (13, 18, 18) fits two, and no dual feasible function of one dimension or conflict
     # clique shows more: the pooled model says two nodes, the feasible sets three.
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
-                        tuple(Task(f"t{i}", Resources(*d)) for i, d in enumerate(
-                            [(6, 6, 4), (1, 6, 3), (2, 2, 1), (3, 1, 7), (1, 3, 3)])))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
+        tuple(
+            Task(f"t{i}", Resources(*d))
+            for i, d in enumerate([(6, 6, 4), (1, 6, 3), (2, 2, 1), (3, 1, 7), (1, 3, 3)])
+        ),
+    )
     assert solve_aggregate(instance, 10, set_limit=0).lower_bound == pytest.approx(2)
     by_sets = solve_aggregate(instance, 10)
     assert by_sets.lower_bound == pytest.approx(3)
@@ -178,15 +205,20 @@ def test_feasible_sets_bound_what_pooled_volume_and_cuts_miss() -> None:
     assert plain_model_optimum(instance) == pytest.approx(3)
 
 
-@pytest.mark.parametrize(("sizes", "nodes"), [
-    ((6, 6, 6), 3),        # any two conflict: a clique; the volume says 2
-    ((4, 4, 4, 4, 4), 3),  # two per node at most: Fekete-Schepers u_2 counts each as 1/2
-    ((7, 7, 4, 4, 4), 4),  # U_1/3 counts the 7s as 1 and the 4s as 0.4: 3.2; volume 2.6
-])
-def test_packing_cuts_count_the_nodes_that_the_volume_misses(sizes: tuple[float, ...],
-                                                             nodes: int) -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
-                        cubes(*sizes))
+@pytest.mark.parametrize(
+    ("sizes", "nodes"),
+    [
+        ((6, 6, 6), 3),  # any two conflict: a clique; the volume says 2
+        ((4, 4, 4, 4, 4), 3),  # two per node at most: Fekete-Schepers u_2 counts each as 1/2
+        ((7, 7, 4, 4, 4), 4),  # U_1/3 counts the 7s as 1 and the 4s as 0.4: 3.2; volume 2.6
+    ],
+)
+def test_packing_cuts_count_the_nodes_that_the_volume_misses(
+    sizes: tuple[float, ...], nodes: int
+) -> None:
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),), cubes(*sizes)
+    )
     assert solve_aggregate(instance, 10, set_limit=0).lower_bound == pytest.approx(nodes)
     assert plain_model_optimum(instance) == pytest.approx(nodes)
 
@@ -195,8 +227,10 @@ def test_violated_cliques_are_sets_of_pairwise_conflicting_tasks() -> None:
     nt = node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9)
     # Across dimensions: (6, 5, 1) and (5, 6, 1) conflict in both ways, though neither
     # dimension has every task above half a node.
-    tasks = [Task(f"t{i}", Resources(*d)) for i, d in enumerate(
-        [(6, 5, 1), (6, 5, 1), (5, 6, 1), (5, 6, 1), (1, 1, 1), (1, 1, 1)])]
+    tasks = [
+        Task(f"t{i}", Resources(*d))
+        for i, d in enumerate([(6, 5, 1), (6, 5, 1), (5, 6, 1), (5, 6, 1), (1, 1, 1), (1, 1, 1)])
+    ]
     conflict = conflicts(nt, tasks)
     assert conflict[0, 2] and conflict[0, 1] and conflict[2, 3] and not conflict[0, 4]
     # Two of the conflicting tasks chosen for one node: the clique grows through the others.
@@ -230,17 +264,19 @@ def test_a_highs_failure_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_highs_prints_nothing() -> None:
     # HiGHS prints its banner once per process unless told not to before its first callback.
-    code = ("from allocation.aggregate import solve_aggregate\n"
-            "from allocation.instances import FAMILIES, family_instance\n"
-            "solve_aggregate(family_instance(FAMILIES[0], seed=0, tasks=20), 5)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    code = (
+        "from allocation.aggregate import solve_aggregate\n"
+        "from allocation.instances import FAMILIES, family_instance\n"
+        "solve_aggregate(family_instance(FAMILIES[0], seed=0, tasks=20), 5)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "" and done.stderr == ""
 
 
 def test_pack_on_bins_packs_on_the_nodes_given_or_says_it_cannot() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
-                        cubes(5, 4, 3, 3, 2, 2, 1))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),), cubes(5, 4, 3, 3, 2, 2, 1)
+    )
     # First fit decreasing's three bins: {5, 4, 1}, {3, 3, 2}, {2}.
     start = {"n": [["t0", "t1", "t6"], ["t2", "t3", "t4"], ["t5"]]}
     packed = pack_on_bins(instance, ["n", "n"], start, deadline=lambda: False)
@@ -264,20 +300,23 @@ def exact_fill(nodes: int, seed: int) -> tuple[Task, ...]:
 
 
 def test_pack_on_bins_finds_an_exact_fill_that_greedy_packing_misses() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
-                        exact_fill(nodes=6, seed=3))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),), exact_fill(nodes=6, seed=3)
+    )
     greedy = several_ffd(instance)
     assert min(len(p["n"]) for p in greedy) > 6
     checks = iter(range(500))  # a deterministic deadline: 500 checks of 20 steps
-    packed = pack_on_bins(instance, ["n"] * 6, greedy[0],
-                          deadline=lambda: next(checks, None) is None)
+    packed = pack_on_bins(
+        instance, ["n"] * 6, greedy[0], deadline=lambda: next(checks, None) is None
+    )
     assert packed is not None and len(packed["n"]) == 6
     check(instance, packed)
 
 
 def test_a_bin_search_stopped_at_its_deadline_resumes_where_it_stopped() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
-                        exact_fill(nodes=6, seed=3))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),), exact_fill(nodes=6, seed=3)
+    )
     search = BinSearch(instance, ["n"] * 6, several_ffd(instance)[0])
     assert search.run(deadline=lambda: True) is None  # stopped after its first 20 steps
     assert not search.stuck and search.steps == STEPS_PER_CHECK
@@ -292,8 +331,9 @@ def test_a_bin_search_stopped_at_its_deadline_resumes_where_it_stopped() -> None
 
 
 def test_shrinking_drops_nodes_while_every_task_still_fits() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
-                        exact_fill(nodes=4, seed=1))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),), exact_fill(nodes=4, seed=1)
+    )
     bloated = {"n": [[task.id] for task in instance.tasks]}  # one node per task: 16
     shrunk = list(milp._shrunk(instance, bloated, 0.0, CpuClock(30), share=1.0))
     assert [len(p["n"]) for p in shrunk] == list(range(15, 3, -1))  # down to the volume's 4
@@ -313,12 +353,15 @@ def test_near_counts_add_cheap_nodes_while_they_beat_the_best_plan() -> None:
     # all); a fourth big node would cost 4.0; one big node can be exchanged for a small one, or
     # for two (one of the exchanged type and one of any type but the one removed).
     assert variants == {("big",) * 3 + ("small",) * k for k in (1, 2, 3)} | {
-        ("big", "big", "small"), ("big", "big", "small", "small")}
+        ("big", "big", "small"),
+        ("big", "big", "small", "small"),
+    }
 
 
 def test_the_milp_meets_the_bound_by_packing_on_its_node_counts() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),),
-                        exact_fill(nodes=6, seed=3))
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=20),), exact_fill(nodes=6, seed=3)
+    )
     result = solve_milp(instance, time_limit_s=5)
     validate_plan(instance, result.plan)
     assert result.status == OPTIMAL and result.plan.total_cost == pytest.approx(6.0)
@@ -338,8 +381,9 @@ def test_ffd_variants_and_local_search_give_feasible_plans(instance: Instance) -
 
 
 def test_local_search_empties_a_bin_by_a_swap() -> None:
-    instance = Instance((node_type("n", 6, busy=1.0, surcharge=2.0, max_reserved=5),),
-                        cubes(4, 1, 3, 2, 2))
+    instance = Instance(
+        (node_type("n", 6, busy=1.0, surcharge=2.0, max_reserved=5),), cubes(4, 1, 3, 2, 2)
+    )
     # Bins {4, 1}, {3, 2}, {2}: the last 2 fits neither other bin (1 free in each), but moving
     # the 1 into the second bin makes room for it in the first: {4, 2}, {3, 2, 1}.
     packing = {"n": [["t0", "t1"], ["t2", "t3"], ["t4"]]}
@@ -350,9 +394,12 @@ def test_local_search_empties_a_bin_by_a_swap() -> None:
 
 def test_local_search_moves_a_bin_to_a_cheaper_type_and_merges_bins() -> None:
     instance = Instance(
-        (node_type("small", 4, busy=1.0, surcharge=1.5, max_reserved=1),
-         node_type("big", 8, busy=1.2, surcharge=3.0, max_reserved=1)),
-        cubes(3, 3))
+        (
+            node_type("small", 4, busy=1.0, surcharge=1.5, max_reserved=1),
+            node_type("big", 8, busy=1.2, surcharge=3.0, max_reserved=1),
+        ),
+        cubes(3, 3),
+    )
     # Two small nodes, the second a surcharge one (1.0 + 1.5); one big node holds both (1.2).
     packing = {"small": [["t0"], ["t1"]]}
     improved = improve(instance, packing)
@@ -361,9 +408,10 @@ def test_local_search_moves_a_bin_to_a_cheaper_type_and_merges_bins() -> None:
 
 
 def test_restricted_master_recombines_bins_of_different_plans() -> None:
-    instance = Instance((node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),),
-                        cubes(6, 4, 5, 5, 7, 3))
-    first = {"n": [["t0", "t1"], ["t2"], ["t3"], ["t4", "t5"]]}     # 4 bins
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),), cubes(6, 4, 5, 5, 7, 3)
+    )
+    first = {"n": [["t0", "t1"], ["t2"], ["t3"], ["t4", "t5"]]}  # 4 bins
     second = {"n": [["t0"], ["t1"], ["t2", "t3"], ["t4"], ["t5"]]}  # 5 bins
     patterns = [(t, b) for p in (first, second) for t, bins in p.items() for b in bins]
     recombined, _ = restricted_master(instance, patterns, first, 0.0, 5)
@@ -430,13 +478,13 @@ def test_a_cbc_crash_keeps_the_plan_in_hand(monkeypatch: pytest.MonkeyPatch) -> 
 
 def stopped_result(instance: Instance) -> MilpResult:
     plan = Plan(instance, make_nodes([("n", "reserved", ["t0"]), ("n", "reserved", ["t1"])]))
-    return MilpResult(plan, TIME_LIMIT, gap=0.25, lower_bound=2.25, time_limit_s=10,
-                      cpu_seconds=10.2)
+    return MilpResult(
+        plan, TIME_LIMIT, gap=0.25, lower_bound=2.25, time_limit_s=10, cpu_seconds=10.2
+    )
 
 
 def test_the_report_says_when_the_time_limit_was_hit() -> None:
-    instance = Instance((node_type("n", 4, busy=1.5, surcharge=3.0, max_reserved=4),),
-                        cubes(3, 3))
+    instance = Instance((node_type("n", 4, busy=1.5, surcharge=3.0, max_reserved=4),), cubes(3, 3))
     comparison = compare(instance, time_limit_s=5)
     assert not comparison.milp.time_limit_hit
     outcome = comparison_json(comparison)["plans"]["milp"]
@@ -454,8 +502,14 @@ def test_the_report_says_when_the_time_limit_was_hit() -> None:
 
 def test_the_allocate_artifact_carries_the_time_limit_and_gap() -> None:
     host_pages = {f"h{i}.example": 400 * (i + 1) for i in range(12)}
-    decision = scope_crawl(host_pages, local_node_types(cpus=4, memory_gb=8), avg_page_kb=80,
-                          pages_per_s_per_host=4, budget_s=60, time_limit_s=2)
+    decision = scope_crawl(
+        host_pages,
+        local_node_types(cpus=4, memory_gb=8),
+        avg_page_kb=80,
+        pages_per_s_per_host=4,
+        budget_s=60,
+        time_limit_s=2,
+    )
     rows = artifact_rows(plan_rows("c1", decision, []), decision)
     milp_row = next(r for r in rows if r["solver"] == "milp")
     assert milp_row["time_limit_hit"] is False and milp_row["proven_gap"] == 0
@@ -463,29 +517,47 @@ def test_the_allocate_artifact_carries_the_time_limit_and_gap() -> None:
     assert "MILP: optimal (proven)" in allocation_description(decision)
     stopped = stopped_result(Instance((node_type("n", 4, 1.5, 3.0, 4),), cubes(3, 3)))
     assert "time limit hit" in allocation_description(
-        type(decision)(decision.instance, decision.first_fit, stopped, decision.chosen,
-                       "milp", decision.hosts_by_node))
+        type(decision)(
+            decision.instance,
+            decision.first_fit,
+            stopped,
+            decision.chosen,
+            "milp",
+            decision.hosts_by_node,
+        )
+    )
 
 
 # --- the flow's plan -------------------------------------------------------------------------
 
 
 @settings(SETTINGS, max_examples=15)
-@given(st.lists(st.integers(1, 20_000), min_size=1, max_size=40), st.integers(1, 8),
-       st.sampled_from([20, 100, 400]), st.sampled_from([60, 600, 3600]))
+@given(
+    st.lists(st.integers(1, 20_000), min_size=1, max_size=40),
+    st.integers(1, 8),
+    st.sampled_from([20, 100, 400]),
+    st.sampled_from([60, 600, 3600]),
+)
 def test_the_flows_plan_is_never_dearer_than_first_fit(
-        pages: list[int], cpus: int, page_kb: int, budget_s: int) -> None:
+    pages: list[int], cpus: int, page_kb: int, budget_s: int
+) -> None:
     host_pages = {f"h{i}.example": p for i, p in enumerate(pages)}
     try:
-        decision = scope_crawl(host_pages, local_node_types(cpus=cpus, memory_gb=4 * cpus),
-                              avg_page_kb=page_kb, pages_per_s_per_host=2, budget_s=budget_s,
-                              time_limit_s=1)
+        decision = scope_crawl(
+            host_pages,
+            local_node_types(cpus=cpus, memory_gb=4 * cpus),
+            avg_page_kb=page_kb,
+            pages_per_s_per_host=2,
+            budget_s=budget_s,
+            time_limit_s=1,
+        )
     except NoFeasiblePlan:
         return
     validate_plan(decision.instance, decision.chosen)
     assert decision.chosen.total_cost <= decision.first_fit_cost + 1e-9
-    assert sorted(h for hosts in decision.hosts_by_node.values() for h in hosts) == \
-        sorted(host_pages)
+    assert sorted(h for hosts in decision.hosts_by_node.values() for h in hosts) == sorted(
+        host_pages
+    )
 
 
 # --- the benchmark's generator ---------------------------------------------------------------
@@ -506,17 +578,20 @@ def test_families_are_reproducible_and_cover_the_ranges() -> None:
 
 
 def test_a_plan_in_hand_survives_cbc_calling_the_model_infeasible(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    instance = Instance((node_type("n", 4, busy=1.5, surcharge=3.0, max_reserved=2),),
-                        cubes(3, 3, 1, 1, 2))
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instance = Instance(
+        (node_type("n", 4, busy=1.5, surcharge=3.0, max_reserved=2),), cubes(3, 3, 1, 1, 2)
+    )
     heuristic = first_fit(instance)
     # Only first fit's plan, no bound: the full model runs, and CBC "finds it infeasible".
-    monkeypatch.setattr(milp, "_candidates",
-                        lambda instance, time_left, relaxations: iter([(packing_of(heuristic),
-                                                                        0.0)]))
+    monkeypatch.setattr(
+        milp,
+        "_candidates",
+        lambda instance, time_left, relaxations: iter([(packing_of(heuristic), 0.0)]),
+    )
 
-    def infeasible(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False
-                   ) -> None:
+    def infeasible(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False) -> None:
         problem.status = pulp.LpStatusInfeasible
         problem.sol_status = pulp.LpSolutionInfeasible
 

@@ -305,7 +305,7 @@ def hostile_inputs(tmp_path, monkeypatch):
     """Files a careless or hostile user may hand the command, in the working directory."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")
-    (tmp_path / "latin1.toml").write_bytes(b"[fetch]\nuser_agent = \"b\xf6t\"\n")
+    (tmp_path / "latin1.toml").write_bytes(b'[fetch]\nuser_agent = "b\xf6t"\n')
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "crlf.toml").write_text('[fetch]\nuser_agent = "bot\\r\\nX-Evil: 1"\n')
     (tmp_path / "binary.json").write_bytes(bytes(range(256)))

@@ -46,9 +46,16 @@ def workdir(tmp_path_factory) -> Path:
     crawl = root / "out" / "night-1"
     writer = ParquetDatasetWriter(crawl / "fetches", FETCHES, "node-0", 1, 3600)
     writer.write(
-        {"crawl_id": "night-1", "url": "http://127.0.0.1:9/", "url_host_name": "127.0.0.1:9",
-         "fetch_time": datetime.now(UTC), "fetch_status": 200, "node_id": "node-0",
-         "depth": 0, "attempt": 1}
+        {
+            "crawl_id": "night-1",
+            "url": "http://127.0.0.1:9/",
+            "url_host_name": "127.0.0.1:9",
+            "fetch_time": datetime.now(UTC),
+            "fetch_status": 200,
+            "node_id": "node-0",
+            "depth": 0,
+            "attempt": 1,
+        }
     )
     writer.flush()
     (root / "truncated" / "fetches").mkdir(parents=True)
@@ -92,15 +99,43 @@ def assert_clean(code: int, err: str) -> None:
 
 
 PATHS = st.sampled_from(
-    ["out", "out/night-1", "a-file", "binary.json", "good.toml", "empty.toml", "instance.json",
-     "truncated", "it's [1]", "missing", "", ".", "/proc/nope", "out/../out", "a-file/below"]
+    [
+        "out",
+        "out/night-1",
+        "a-file",
+        "binary.json",
+        "good.toml",
+        "empty.toml",
+        "instance.json",
+        "truncated",
+        "it's [1]",
+        "missing",
+        "",
+        ".",
+        "/proc/nope",
+        "out/../out",
+        "a-file/below",
+    ]
 )
 SEEDS = st.one_of(
     st.sampled_from(
-        ["http://127.0.0.1:9/", "http://[::1]:9/x", "https://127.0.0.2/", "http://", "ftp://x/",
-         "http://user:pw@127.0.0.1:9/", "http://" + "a" * 64 + ".example/", "http://a..b/",
-         "http://127.0.0.1:99999/", "http://[::1/", "//127.0.0.1/", "http://0x7f.1/",
-         "http://2002:7f00:1::1/", "http://[2002:7f00:1::1]/", "http://127.0.0.1:9/" + "p" * 3000]
+        [
+            "http://127.0.0.1:9/",
+            "http://[::1]:9/x",
+            "https://127.0.0.2/",
+            "http://",
+            "ftp://x/",
+            "http://user:pw@127.0.0.1:9/",
+            "http://" + "a" * 64 + ".example/",
+            "http://a..b/",
+            "http://127.0.0.1:99999/",
+            "http://[::1/",
+            "//127.0.0.1/",
+            "http://0x7f.1/",
+            "http://2002:7f00:1::1/",
+            "http://[2002:7f00:1::1]/",
+            "http://127.0.0.1:9/" + "p" * 3000,
+        ]
     ),
     st.text(max_size=40),
 )
@@ -113,19 +148,33 @@ CRAWL_OPTIONS = st.one_of(
     st.tuples(st.just("--allow"), st.one_of(SEEDS, st.text(max_size=20))),
     st.just(("--allow-private",)),
     st.just(("--full",)),
-    st.tuples(st.sampled_from(["--max-pages", "--max-depth", "--nodes", "--deadline",
-                               "--target-ppm"]), NUMBERS),
+    st.tuples(
+        st.sampled_from(["--max-pages", "--max-depth", "--nodes", "--deadline", "--target-ppm"]),
+        NUMBERS,
+    ),
     st.tuples(st.sampled_from(["--out", "--config", "--quality-file"]), PATHS),
-    st.tuples(st.sampled_from(["--crawl-id", "--since"]),
-              st.one_of(st.sampled_from(["night-1", "../x", ".h", "a/b", "x" * 101]),
-                        st.text(max_size=20))),
-    st.tuples(st.sampled_from(["--rate-control", "--policy"]),
-              st.sampled_from(["adaptive", "pid", "rtt", "fixed", "bfs", "quality", "nope", ""])),
+    st.tuples(
+        st.sampled_from(["--crawl-id", "--since"]),
+        st.one_of(
+            st.sampled_from(["night-1", "../x", ".h", "a/b", "x" * 101]), st.text(max_size=20)
+        ),
+    ),
+    st.tuples(
+        st.sampled_from(["--rate-control", "--policy"]),
+        st.sampled_from(["adaptive", "pid", "rtt", "fixed", "bfs", "quality", "nope", ""]),
+    ),
     st.tuples(st.text(min_size=1, max_size=12)),
 )
 QUERIES = st.sampled_from(
-    ["SELECT count(*) FROM fetches", "SELECT * FROM pages", "SELEC", "", "SELECT 1/0",
-     "SELECT * FROM nonexistent", "SELECT url FROM fetches WHERE url = 'it''s'"]
+    [
+        "SELECT count(*) FROM fetches",
+        "SELECT * FROM pages",
+        "SELEC",
+        "",
+        "SELECT 1/0",
+        "SELECT * FROM nonexistent",
+        "SELECT url FROM fetches WHERE url = 'it''s'",
+    ]
 )
 COMMAND_LINES = st.one_of(
     st.builds(
@@ -153,16 +202,27 @@ def test_any_command_line_ends_in_exit_0_or_one_line(entry_point, argv):
 
 SECTIONS = list(CrawlConfig.model_fields)
 VALUES = st.recursive(
-    st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=20),
-              st.floats(allow_nan=False)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.text(max_size=20),
+        st.floats(allow_nan=False),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 KEYS = st.one_of(
-    st.sampled_from(sorted({key for section in SECTIONS
-                            for key in getattr(CrawlConfig.model_fields[section].annotation,
-                                               "model_fields", {})})),
+    st.sampled_from(
+        sorted(
+            {
+                key
+                for section in SECTIONS
+                for key in getattr(CrawlConfig.model_fields[section].annotation, "model_fields", {})
+            }
+        )
+    ),
     st.text(min_size=1, max_size=12),
 )
 SETTINGS = st.dictionaries(

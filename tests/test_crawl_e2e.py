@@ -14,6 +14,7 @@ from websim.coverage import coverage
 
 pytestmark = pytest.mark.integration  # websim, Ray and Prefect
 
+
 @pytest.fixture(scope="module")
 def small_web():
     # Fast hosts without hidden rate limits: this test is about completeness, not politeness.

@@ -315,8 +315,9 @@ def test_no_wire_rtt_without_an_answer():
 )
 def test_only_the_labels_browsers_know_choose_the_encoding(label, encoding):
     page = "<a href='/x'>Gr\u00f6\u00dfe</a>".encode("utf-8")
-    result = FetchResult("http://h/", 200, headers={"content-type": f"text/html; charset={label}"},
-                         body=page)
+    result = FetchResult(
+        "http://h/", 200, headers={"content-type": f"text/html; charset={label}"}, body=page
+    )
     assert result.encoding == encoding
     assert "/x" in result.text  # decoding never fails
 

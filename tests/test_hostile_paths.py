@@ -42,15 +42,39 @@ def write_crawl(out: Path, name: str, host: str) -> None:
     now = datetime.now(UTC)
     url = f"http://{host}/"
     rows = {
-        "fetches": (FETCHES, {"crawl_id": name, "url": url, "url_host_name": host,
-                              "url_path": "/", "fetch_time": now, "fetch_status": 200,
-                              "node_id": "node-0", "depth": 0, "attempt": 1,
-                              "content_length": 10, "content_digest": "D"}),
-        "pages": (PAGES, {"crawl_id": name, "url": url, "url_host_name": host,
-                          "fetch_time": now, "content_digest": "D", "content_length": 10,
-                          "depth": 0, "node_id": "node-0"}),
-        "discovered": (DISCOVERED, {"crawl_id": name, "url": url + "next", "depth": 1,
-                                    "node_id": "node-0"}),
+        "fetches": (
+            FETCHES,
+            {
+                "crawl_id": name,
+                "url": url,
+                "url_host_name": host,
+                "url_path": "/",
+                "fetch_time": now,
+                "fetch_status": 200,
+                "node_id": "node-0",
+                "depth": 0,
+                "attempt": 1,
+                "content_length": 10,
+                "content_digest": "D",
+            },
+        ),
+        "pages": (
+            PAGES,
+            {
+                "crawl_id": name,
+                "url": url,
+                "url_host_name": host,
+                "fetch_time": now,
+                "content_digest": "D",
+                "content_length": 10,
+                "depth": 0,
+                "node_id": "node-0",
+            },
+        ),
+        "discovered": (
+            DISCOVERED,
+            {"crawl_id": name, "url": url + "next", "depth": 1, "node_id": "node-0"},
+        ),
     }
     for dataset, (schema, row) in rows.items():
         writer = ParquetDatasetWriter(crawl / dataset, schema, "node-0", 1, 3600)

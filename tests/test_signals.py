@@ -36,8 +36,19 @@ def test_sigterm_to_the_group_ends_the_crawl_in_seconds_and_it_resumes(tmp_path)
     env.pop("PREFECT_API_URL", None)
     out, log = tmp_path / "out", tmp_path / "crawl.log"
     with WebSim(spec) as sim:
-        argv = [CRAWLFLOW, "crawl", sim.hub_url, *[f"--allow={s}" for s in sim.servers],
-                "--allow-private", "--out", str(out), "--crawl-id", "night-1", "--nodes", "1"]
+        argv = [
+            CRAWLFLOW,
+            "crawl",
+            sim.hub_url,
+            *[f"--allow={s}" for s in sim.servers],
+            "--allow-private",
+            "--out",
+            str(out),
+            "--crawl-id",
+            "night-1",
+            "--nodes",
+            "1",
+        ]
         with log.open("w") as output:
             crawl = subprocess.Popen(
                 argv, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
@@ -66,8 +77,12 @@ def test_sigterm_to_the_group_ends_the_crawl_in_seconds_and_it_resumes(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming crawl night-1" in resumed.stderr
     # Every page once (robots.txt is read again by every run, as resume documents).
-    twice = connect(out / "night-1").execute(
-        "SELECT url FROM fetches WHERE fetch_status = 200 AND url_path <> '/robots.txt' "
-        "GROUP BY url HAVING count(*) > 1"
-    ).fetchall()
+    twice = (
+        connect(out / "night-1")
+        .execute(
+            "SELECT url FROM fetches WHERE fetch_status = 200 AND url_path <> '/robots.txt' "
+            "GROUP BY url HAVING count(*) > 1"
+        )
+        .fetchall()
+    )
     assert twice == []

@@ -19,8 +19,16 @@ from websim import WebSim, WebSpec
 pytestmark = pytest.mark.integration  # the CLI with its Prefect server, Ray and websim
 
 CRAWLFLOW = str(Path(sys.executable).with_name("crawlflow"))
-TASKS = {"scope", "checkpoint", "allocate", "launch nodes", "crawl", "close nodes", "collect",
-         "report"}
+TASKS = {
+    "scope",
+    "checkpoint",
+    "allocate",
+    "launch nodes",
+    "crawl",
+    "close nodes",
+    "collect",
+    "report",
+}
 
 
 def _listening(port: int) -> bool:
@@ -73,8 +81,14 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     env.pop("PREFECT_API_URL", None)
     with WebSim(spec) as sim:
         done = subprocess.run(
-            [CRAWLFLOW, "crawl", sim.host_urls[0], "--allow-private", "--out",
-             str(tmp_path / "out")],
+            [
+                CRAWLFLOW,
+                "crawl",
+                sim.host_urls[0],
+                "--allow-private",
+                "--out",
+                str(tmp_path / "out"),
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -87,8 +101,9 @@ def test_crawl_command_runs_on_its_own_server_which_keeps_the_run(tmp_path):
     assert done.stdout.rstrip().endswith("host_rates.png")
     # Drawn by the flow's report step, whose path the summary prints.
     assert Path(done.stdout.rstrip().rsplit(": ", 1)[1]).stat().st_size > 0
-    match = re.search(r"Starting temporary Prefect server on http://127\.0\.0\.1:(\d+)/api",
-                      done.stderr)
+    match = re.search(
+        r"Starting temporary Prefect server on http://127\.0\.0\.1:(\d+)/api", done.stderr
+    )
     assert match, done.stderr[-2000:]
     assert any("pages" in path.parts for path in (tmp_path / "out").rglob("*.parquet"))
     # The server stops by itself once the command has exited, keeping what it recorded.

@@ -64,13 +64,56 @@ def test_parse_html_survives_garbage():
 # Pieces of hrefs that hit every rule of urljoin and canonicalization: dot segments, empty
 # segments, schemes, servers with and without ports, case, escapes, queries, fragments.
 HREF_PIECES = st.sampled_from(
-    ["a", "B", "p", "0", ".", "..", "/", "//", "-", "_", "~", "%41", "%2f", " ", "\t", "é", ":",
-     "http:", "https:", "HTTP://", "//h.test", "//H.test", "//-x.test", "//127.0.0.9", ":80",
-     ":443", ":8080", ":0080", ":99999", "?", "?b=2&a=1", "#", "#x", ";p", "@", "+", "(", "'"]
+    [
+        "a",
+        "B",
+        "p",
+        "0",
+        ".",
+        "..",
+        "/",
+        "//",
+        "-",
+        "_",
+        "~",
+        "%41",
+        "%2f",
+        " ",
+        "\t",
+        "é",
+        ":",
+        "http:",
+        "https:",
+        "HTTP://",
+        "//h.test",
+        "//H.test",
+        "//-x.test",
+        "//127.0.0.9",
+        ":80",
+        ":443",
+        ":8080",
+        ":0080",
+        ":99999",
+        "?",
+        "?b=2&a=1",
+        "#",
+        "#x",
+        ";p",
+        "@",
+        "+",
+        "(",
+        "'",
+    ]
 )
 BASES = st.sampled_from(
-    ["http://site.test/", "http://site.test/a/b/c.html", "https://site.test:8443/a/",
-     "http://127.0.0.1:8080/x/y?q=1", "http://site.test/a//b/", "http://Site.test/A%7e/"]
+    [
+        "http://site.test/",
+        "http://site.test/a/b/c.html",
+        "https://site.test:8443/a/",
+        "http://127.0.0.1:8080/x/y?q=1",
+        "http://site.test/a//b/",
+        "http://Site.test/A%7e/",
+    ]
 )
 
 

@@ -20,6 +20,7 @@ from websim import WebSim, WebSpec
 
 pytestmark = pytest.mark.integration  # websim
 
+
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):
     """A small web crawled by one node with small batches (several WARC files)."""
