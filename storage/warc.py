@@ -22,7 +22,6 @@ decoded `Content-Length`, so every record is readable on its own.
 
 from __future__ import annotations
 
-import gzip
 import io
 import zlib
 from dataclasses import dataclass
@@ -39,6 +38,10 @@ from warcio.warcwriter import WARCWriter
 from storage.durable import is_whole_parquet
 
 WARC_DIR = "warc"
+# The most a record's gzip member is read and decompressed to by `warc-get`: far above what the
+# fetch limits let a body be (`[fetch] max_decoded_bytes` accepts any size, so a generous
+# bound), far below what would hurt.
+MAX_RECORD_BYTES = 1 << 30
 SUFFIX = ".warc.gz"
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 # Headers that describe the bytes on the wire, not the decoded body the record holds.
@@ -242,11 +245,16 @@ def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
     if not rows:
         raise RecordNotFound(f"no WARC record of {url} under {directory}")
     crawl_id, filename, offset, length = rows[0]
-    path = directory / filename
-    if not path.exists():  # the output root: files are under their crawl's directory
-        path = directory / crawl_id / filename
-    if not path.exists():
+    # The row names a file of its own crawl's warc/ directory, never one elsewhere (a row is
+    # data, and an output directory may come from anywhere).
+    crawl_dir = directory if (directory / filename).exists() else directory / str(crawl_id)
+    path = (crawl_dir / filename).resolve()
+    if path.parent != (crawl_dir / WARC_DIR).resolve() or not path.name.endswith(SUFFIX):
+        raise RecordNotFound(f"the WARC file {filename!r} of crawl {crawl_id} is not its own")
+    if not path.is_file():
         raise RecordNotFound(f"the WARC file {filename} of crawl {crawl_id} is missing")
+    if offset < 0 or not 0 < length <= MAX_RECORD_BYTES:
+        raise RecordNotFound(f"the WARC record of {url} has no valid place in {filename}")
     return path, offset, length
 
 
@@ -259,7 +267,13 @@ def read_record(path: Path, offset: int, length: int) -> bytes:
             member = file.read(length)
         if len(member) < length:
             raise EOFError("the file ends before the record does")
-        return gzip.decompress(member)
+        # One gzip member, decompressed up to a bound: a record never holds more than a body
+        # the fetch limits allow, and a member that says otherwise is no record of ours.
+        decompressor = zlib.decompressobj(wbits=31)
+        record = decompressor.decompress(member, MAX_RECORD_BYTES)
+        if decompressor.unconsumed_tail:
+            raise EOFError(f"the record decompresses to more than {MAX_RECORD_BYTES} bytes")
+        return record
     except (OSError, EOFError, zlib.error) as exc:
         raise RecordNotFound(
             f"the WARC record at {path}:{offset} (+{length}) cannot be read: {exc}"
