@@ -797,7 +797,7 @@ def node_crawl(sim: Any, out: Path) -> Path:
     config = CrawlConfig(
         scheduling={"max_connections": 3},
         output={"write_batch_rows": 15},
-        rate_control={"mode": "fixed", "fixed_delay_s": 0.0},
+        rate_control={"mode": "fixed", "fixed": {"delay_s": 0.0}},
     )
     crawl_in_process(single_node("c1", str(out), config, sim.servers), [sim.hub_url])
     return out / "c1"
