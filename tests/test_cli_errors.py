@@ -77,18 +77,23 @@ def test_strip_params_that_name_no_parameter_are_refused(tmp_path, capsys, names
     assert "strip_params" in config_error(tmp_path, capsys, f"[limits]\nstrip_params = {names}")
 
 
-def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, monkeypatch):
-    """Options lay over the config file, table by table; the flow gets the validated request."""
+@pytest.fixture
+def requests(monkeypatch) -> list:
+    """The requests the command would run the flow on: it stops there (as if interrupted)."""
     import crawlflow.boot
-    from crawler.request import CrawlRequest
 
-    requests: list[CrawlRequest] = []
+    asked: list = []
 
-    def capture(request: CrawlRequest) -> dict:
-        requests.append(request)
-        raise KeyboardInterrupt  # stop before the flow: this test is about the request
+    def capture(request) -> dict:
+        asked.append(request)
+        raise KeyboardInterrupt  # stop before the flow: these tests are about the request
 
     monkeypatch.setattr(crawlflow.boot, "run_crawl", capture)
+    return asked
+
+
+def test_the_command_builds_one_request_from_file_and_options(tmp_path, capsys, requests):
+    """Options lay over the config file, table by table; the flow gets the validated request."""
     config = tmp_path / "crawl.toml"
     config.write_text(
         '[scheduling]\npolicy = "bfs"\nmax_connections = 7\n[rate_control]\nmode = "fixed"\n'
@@ -170,17 +175,7 @@ def test_a_key_of_an_older_layout_or_of_another_law_is_one_line(tmp_path, capsys
     assert config_error(tmp_path, capsys, table) == f"crawlflow: error: invalid config: {message}"
 
 
-def test_the_limits_of_a_config_file_reach_the_request(tmp_path, capsys, monkeypatch):
-    import crawlflow.boot
-    from crawler.request import CrawlRequest
-
-    requests: list[CrawlRequest] = []
-
-    def capture(request: CrawlRequest) -> dict:
-        requests.append(request)
-        raise KeyboardInterrupt  # stop before the flow: this test is about the request
-
-    monkeypatch.setattr(crawlflow.boot, "run_crawl", capture)
+def test_the_limits_of_a_config_file_reach_the_request(tmp_path, capsys, requests):
     config = tmp_path / "crawl.toml"
     config.write_text(
         "[limits]\nmax_pages = 9\nmax_depth = 3\ndeadline_s = 90\n"
