@@ -136,7 +136,7 @@ class CrawlAllocation:
         return None if self.milp is None else self.milp.plan.total_cost
 
 
-def scope_crawl(
+def plan_crawl(
     host_pages: dict[str, int],
     node_types: Sequence[NodeType],
     avg_page_kb: float,

@@ -3,10 +3,9 @@ exchange, each on and off, with a delay on every call to shared state.
 
 Serves a synthetic web of realistic pages (40 KB, 200 links, 15% of them to other servers) on
 loopback and crawls it from the hub with 2 and 4 Ray node actors, the way the flow does (the
-Ray runtime, `runtime.backends.start_fleet`, and `crawler.cluster.coordinator.Coordinator`), for a
-fixed
-time each. Every call a node makes to shared state (the Bloom filter actor, the exchange actor)
-first waits the injected delay, as if the store were 10 ms away. Four variants:
+Ray runtime, `runtime.backends.start_fleet`, and `crawler.cluster.coordinator.Coordinator`), for
+a fixed time each. Every call a node makes to shared state (the Bloom filter actor, the exchange
+actor) first waits the injected delay, as if the store were 10 ms away. Four variants:
 
 - none: no dedup cache, unbatched: a worker checks every link to another node's server with
   the filter and hands each new one to the exchange, one remote call each, before it goes on;

@@ -138,8 +138,8 @@ def crawl(
         }
     )
     # Fail fast, before Prefect and Ray start.
-    prepare_output_root(out)
     resolve_scope(request.seeds, request.allow, request.allow_private)
+    prepare_output_root(out)
     if since is not None:
         from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
 

@@ -1,7 +1,7 @@
 """The runtime's one interface: a fleet of linked crawler nodes built from the plan, the shared
 state they route URLs and servers through (crawler/cluster/exchange.py, crawler/cluster/dedup.py),
-and what the
-driver does with it (seed and watch it through crawler.cluster.coordinator, add a node, stop it).
+and what the driver does with it (seed and watch it through crawler.cluster.coordinator, add a
+node, stop it).
 
 Two backends build it (`runtime.backends.start_fleet`): Ray actors (runtime/ray_backend.py,
 what the flow runs) and plain objects in this process (runtime/inprocess.py, what tests and

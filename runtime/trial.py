@@ -12,9 +12,9 @@ from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.scope.urls import canonical_url, host_key
-from errors import is_retryable
 from runtime.backends import start_fleet
 from runtime.fleet import single_node
+from storage.outcomes import is_final
 from storage.views import connect
 
 
@@ -52,7 +52,7 @@ def analyse(crawl_dir: Path, seeds: list[str], expected: set[str]) -> dict[str, 
         "SELECT url, fetch_status, error FROM fetches WHERE url_path <> '/robots.txt'"
     ).fetchall()
     ok = {url for url, status, error in rows if error is None and 200 <= (status or 0) < 300}
-    finals = Counter(url for url, status, error in rows if not is_retryable(status, error))
+    finals = Counter(url for url, status, error in rows if is_final(status, error))
     known = {url for (url,) in con.execute("SELECT DISTINCT url FROM discovered").fetchall()}
     known |= {canonical_url(seed) for seed in seeds}
     outcome = Counter(

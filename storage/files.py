@@ -9,7 +9,6 @@ directory name is just a character of it.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -44,5 +43,3 @@ def prepare_output_root(root: Path) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise OutputRootError(f"--out {root}: cannot write there ({reason})") from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise OutputRootError(f"--out {root}: cannot write there (permission denied)")

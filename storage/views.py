@@ -38,6 +38,14 @@ def _dataset_files(directory: Path, dataset: str) -> list[str]:
     )
 
 
+def _create_view(con: duckdb.DuckDBPyConnection, view: str, files: list[str], what: str) -> None:
+    """A view over Parquet `files`; OutputUnreadable, naming the file, if one cannot be read."""
+    try:
+        con.read_parquet(files, union_by_name=True).create_view(view)
+    except duckdb.Error as exc:
+        raise OutputUnreadable(f"cannot read {what}: {str(exc).splitlines()[0]}") from None
+
+
 def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per dataset."""
     directory = Path(directory)
@@ -50,11 +58,7 @@ def connect(directory: str | Path) -> duckdb.DuckDBPyConnection:
         files = _dataset_files(directory, name)
         if files:
             found = True
-            try:
-                con.read_parquet(files, union_by_name=True).create_view(view)
-            except duckdb.Error as exc:
-                problem = str(exc).splitlines()[0]
-                raise OutputUnreadable(f"cannot read {name} under {directory}: {problem}") from None
+            _create_view(con, view, files, f"{name} under {directory}")
         else:
             # An empty view with the documented columns, so queries still bind.
             con.register(f"_empty_{name}", pa.Table.from_pylist([], schema=schema))
@@ -73,7 +77,7 @@ def _create_pages_view(con: duckdb.DuckDBPyConnection, directory: Path) -> None:
         earlier = parquet_files(directory.parent, "*/pages/*.parquet")
         if earlier:
             archive = "_pages_archive"
-            con.read_parquet(earlier, union_by_name=True).create_view(archive)
+            _create_view(con, archive, earlier, f"the pages of the crawls beside {directory}")
     columns = ", ".join(PAGES.names)
     taken_from_fetch = {"crawl_id", "url", "url_host_name", "fetch_time", "depth", "node_id"}
     carried = ", ".join(

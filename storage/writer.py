@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,9 +90,11 @@ def publish(chunks: Iterable[bytes | memoryview], final: Path, written: list[Pat
     written.append(final)
 
 
-def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Buffer:
+def parquet_bytes(rows: Sequence[Row], schema: pa.Schema) -> pa.Buffer:
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink, compression="zstd")
+    # Read as mappings (the rows are dicts, typed ones among them): no copy is needed.
+    table = pa.Table.from_pylist(cast(list[dict[str, Any]], rows), schema=schema)
+    pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -160,7 +162,7 @@ class CommitGroupWriter:
         self.batch_rows = batch_rows
         self.interval_s = interval_s
         self.rows_written = 0
-        self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in datasets}
+        self._rows: dict[str, list[Row]] = {name: [] for name in datasets}
         # The WARC records of buffered exchanges, each with the commit row that points to it.
         self._archived: list[tuple[dict[str, Any], ArchivedExchange]] = []
         self._archived_bytes = 0
@@ -196,12 +198,13 @@ class CommitGroupWriter:
                     f"the output of {self.prefix} refuses rows: its last {self._failures} "
                     f"flushes failed, the last with {self._error}"
                 )
-            # Copies: the commit row gets its WARC record's location at the commit.
-            copies = {name: [dict(row) for row in batch] for name, batch in rows.items()}
-            for name, dataset_rows in copies.items():
+            for name, dataset_rows in rows.items():
                 self._rows[name].extend(dataset_rows)
             if archived is not None:
-                self._archived.append((copies[self.commit_dataset][-1], archived))
+                # A copy: the commit row gets its WARC record's location at the commit.
+                located = dict(rows[self.commit_dataset][-1])
+                self._rows[self.commit_dataset][-1] = located
+                self._archived.append((located, archived))
                 self._archived_bytes += len(archived.records)
             if self._due():
                 try:
@@ -221,7 +224,7 @@ class CommitGroupWriter:
         with self._lock:
             self._flush_locked()
 
-    def buffered(self, dataset: str) -> list[dict[str, Any]]:
+    def buffered(self, dataset: str) -> list[Row]:
         """The rows of `dataset` recorded but not committed yet."""
         with self._lock:
             return list(self._rows[dataset])
@@ -279,7 +282,12 @@ class CommitGroupWriter:
         self.rows_written += sum(len(rows) for rows in self._rows.values())
         self._rows = {name: [] for name in self.datasets}
         self._archived, self._archived_bytes = [], 0
-        sync(directory)
+        try:
+            sync(directory)
+        except OSError:
+            # Not a failed flush: the batch is committed (a power cut now could take the
+            # rename back, and resume would fetch the batch again, which loses nothing).
+            logger.warning("%s: batch %s committed, its directory not synced", self.prefix, batch)
 
 
 def discard_uncommitted(crawl_dir: Path, prefix: str = "") -> list[Path]:

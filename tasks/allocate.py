@@ -17,7 +17,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from allocation.demand import CrawlAllocation, local_node_types, scope_crawl
+from allocation.demand import CrawlAllocation, local_node_types, plan_crawl
 from allocation.report import milp_sentence
 from crawler.config import CrawlConfig
 from crawler.scope.seeds import CrawlScope
@@ -122,7 +122,7 @@ def allocate_nodes(
     host_pages, page_kb = expected_host_pages(scope, out_dir, crawl_id, config)
     cpus = os.cpu_count() or 1
     node_types = local_node_types(cpus=nodes or cpus, memory_gb=machine_memory_gb())
-    decision = scope_crawl(
+    decision = plan_crawl(
         host_pages,
         node_types,
         avg_page_kb=page_kb,

@@ -31,8 +31,8 @@ def drive_crawl(
     depths: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """`depths`: where a recrawl's known URLs among `seeds` start
-    (crawler.scheduling.recrawl.start_depths).
-    Returns the nodes used against the nodes planned (see `Coordinator.report`)."""
+    (crawler.scheduling.recrawl.start_depths). Returns the nodes used against the nodes planned
+    (see `Coordinator.report`)."""
     # From here the driver mostly waits on the fleet: the report step's plotting library
     # (matplotlib, a quarter of a second) is imported meanwhile, off the flow's path.
     threading.Thread(
@@ -69,8 +69,8 @@ def drive_crawl(
         )
 
     # Nodes route discovered URLs to each other over their peer links
-    # (crawler/cluster/peerlink.py), the
-    # only routing path: the driver only watches, so it need not poll often.
+    # (crawler/cluster/peerlink.py), the only routing path: the driver only watches, so it need
+    # not poll often.
     try:
         final = coordinator.run(poll_s=0.1, on_progress=report, deadline_s=config.limits.deadline_s)
     except CrawlFailed as exc:

@@ -16,7 +16,7 @@ from allocation.demand import (
     host_demand,
     host_groups,
     local_node_types,
-    scope_crawl,
+    plan_crawl,
 )
 from allocation.first_fit import first_fit, first_fit_decreasing
 from allocation.milp import OPTIMAL, SolverUnavailable, solve_milp
@@ -288,7 +288,7 @@ def test_small_hosts_are_grouped_into_few_tasks() -> None:
 def test_plan_crawl_maps_every_host_to_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
     host_pages = {f"h{i}.example": 500 * (i + 1) for i in range(40)}
     types = local_node_types(cpus=4, memory_gb=8)
-    decision = scope_crawl(
+    decision = plan_crawl(
         host_pages, types, avg_page_kb=100, pages_per_s_per_host=5, budget_s=60, time_limit_s=2
     )
     validate_plan(decision.instance, decision.chosen)
@@ -298,7 +298,7 @@ def test_plan_crawl_maps_every_host_to_one_node(monkeypatch: pytest.MonkeyPatch)
     assert sorted(placed) == sorted(host_pages)
 
     monkeypatch.setattr(pulp.COIN_CMD, "available", lambda self: False)
-    fallback = scope_crawl(host_pages, types, avg_page_kb=100, pages_per_s_per_host=5, budget_s=60)
+    fallback = plan_crawl(host_pages, types, avg_page_kb=100, pages_per_s_per_host=5, budget_s=60)
     assert fallback.solver == "first_fit" and fallback.milp is None
 
 

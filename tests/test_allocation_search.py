@@ -22,7 +22,7 @@ from allocation import cbc, highs, milp
 from allocation.aggregate import conflicts, feasible_sets, solve_aggregate, violated_cliques
 from allocation.cbc import has_solution, run_cbc
 from allocation.clock import CpuClock
-from allocation.demand import local_node_types, scope_crawl
+from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
 from allocation.fixed_bins import STEPS_PER_CHECK, BinSearch, pack_on_bins
 from allocation.heuristics import improve, several_ffd
@@ -502,7 +502,7 @@ def test_the_report_says_when_the_time_limit_was_hit() -> None:
 
 def test_the_allocate_artifact_carries_the_time_limit_and_gap() -> None:
     host_pages = {f"h{i}.example": 400 * (i + 1) for i in range(12)}
-    decision = scope_crawl(
+    decision = plan_crawl(
         host_pages,
         local_node_types(cpus=4, memory_gb=8),
         avg_page_kb=80,
@@ -543,7 +543,7 @@ def test_the_flows_plan_is_never_dearer_than_first_fit(
 ) -> None:
     host_pages = {f"h{i}.example": p for i, p in enumerate(pages)}
     try:
-        decision = scope_crawl(
+        decision = plan_crawl(
             host_pages,
             local_node_types(cpus=cpus, memory_gb=4 * cpus),
             avg_page_kb=page_kb,

@@ -5,8 +5,7 @@ for servers another node owns go, through the shared state, to that owner. The s
 the `Exchange` below, which holds the ownership map, an inbox of URLs per server, the shared
 queue of servers between owners and every node's last heartbeat, and the Bloom filter shards
 (`crawler.cluster.dedup`) behind it: URLs sent to the exchange are checked with the filter there,
-so a
-batch of URLs costs a node one round trip (as a script on the store would), not two. The flow
+so a batch of URLs costs a node one round trip (as a script on the store would), not two. The flow
 puts each in a Ray actor; tests use them in-process.
 
 The unit of work that moves between nodes is a whole server

@@ -28,8 +28,7 @@ class ExchangeSettings(Section):
 
 class DedupSettings(Section):
     """`[dedup]`: the URLs seen by any node (crawler/cluster/dedup.py): a shared Bloom filter with
-    an
-    LRU cache in front of it on each node."""
+    an LRU cache in front of it on each node."""
 
     cache_size: int = Field(
         100_000, ge=0, description="LRU entries in front of the shared Bloom filter; 0: none"

@@ -138,6 +138,11 @@ class FetchResult:
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
 
     @property
+    def not_modified(self) -> bool:
+        """A 304 that stands for an earlier capture: one answering a conditional request."""
+        return self.status == 304 and self.error is None
+
+    @property
     def mime_type(self) -> str | None:
         value = self.headers.get("content-type")
         return value.split(";", 1)[0].strip().lower() or None if value else None
@@ -445,8 +450,9 @@ class ServerSession:
         # saves reading the environment on every request.)
         self._session.trust_env = False
         self._session.headers["User-Agent"] = settings.user_agent
-        # Only what the size limits are known to hold for; urllib3 would add br (and zstd)
-        # whenever a decoder for it happens to be installed.
+        # Ask only for what the crawl needs and the limits were measured on; urllib3 would add
+        # br (and zstd) whenever a decoder happens to be installed. A server that sends another
+        # encoding anyway is still held by the bounded decoding and `max_decoded_bytes`.
         self._session.headers["Accept-Encoding"] = "gzip, deflate"
         self._adapter = _CuttableAdapter()
         self._session.mount("http://", self._adapter)

@@ -10,8 +10,7 @@ from crawler.section import Section
 
 class FetchSettings(Section):
     """`[fetch]`: how one HTTP request is made and cut off (crawler/fetching/fetcher.py), redirects
-    and
-    robots.txt (the node)."""
+    and robots.txt (the node)."""
 
     user_agent: str = Field(
         "crawlflow/0.1",

@@ -26,7 +26,7 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
     truncated = None
     if result.error is not None:
         truncated = _TRUNCATED.get(result.error.kind, "unspecified" if result.cut_short else None)
-    confirmed = earlier if result.status == 304 else None  # the capture a 304 stands for
+    confirmed = earlier if result.not_modified else None  # the capture a 304 stands for
     return Exchange(
         url=result.url,
         date=date,

@@ -39,10 +39,8 @@ logger = logging.getLogger(__name__)
 class CrawlerNode:
     def __init__(self, settings: NodeSettings, link: PeerLink) -> None:
         """`link`: the connection to the other nodes through shared state
-        (crawler/cluster/exchange.py
-        and crawler/cluster/peerlink.py): URLs for servers other nodes own, and servers moving
-        between
-        nodes, go through it."""
+        (crawler/cluster/exchange.py and crawler/cluster/peerlink.py): URLs for servers other
+        nodes own, and servers moving between nodes, go through it."""
         self.node_id = settings.node_id
         self.core = core = NodeCore(settings)
         self._link = link

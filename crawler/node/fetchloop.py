@@ -141,7 +141,7 @@ class FetchLoop:
         limits, counts = core.limits, server.limits
         if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
-        if result.status == 304 and result.error is None:
+        if result.not_modified:
             limits.credit(counts, task.url)  # unchanged since an earlier crawl judged it
         elif result.status is not None and limits.wants_shape(counts, task.url):
             limits.observe(counts, task.url, content_shape(result.body))

@@ -1,6 +1,5 @@
 """Server ownership between nodes: handing servers over (whole, crawler/scheduling/server.py) and
-taking
-them over, without ever having two connections to one server open."""
+taking them over, without ever having two connections to one server open."""
 
 from __future__ import annotations
 

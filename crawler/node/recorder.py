@@ -53,7 +53,7 @@ class Recorder:
         confirmed unless it sent new ones."""
         fetch_time = datetime.now(UTC)
         earlier = self._revisits.known(result.url) if self._revisits else None
-        if result.status != 304:
+        if not result.not_modified:
             earlier = None
         fetch_row = self._fetch_row(result, task, fetch_time, error, earlier)
         page_rows: list[PageRow] = []

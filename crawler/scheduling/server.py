@@ -45,8 +45,7 @@ class ServerState:
     host: str
     # Its rate controller, with what it learned of the server's limits. None in a state rebuilt
     # from the output (crawler.cluster.recovery): the node that takes the server makes one. Its
-    # times
-    # are the owner's monotonic clock (see `depart`).
+    # times are the owner's monotonic clock (see `depart`).
     controller: HostRateController | None = None
     scheme: str = "http"  # taken from the first URL queued for it
     queue: UrlQueue = field(default_factory=lambda: FairUrls(quality_ordered=False))
@@ -54,8 +53,7 @@ class ServerState:
     retries: list[tuple[float, int, UrlTask]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # every URL of it known: done or queued
     redirects: dict[str, int] = field(default_factory=dict)  # queued URL -> redirects to it
-    # what it used of crawler.scope.limits
-    limits: ServerCounts = field(default_factory=ServerCounts)
+    limits: ServerCounts = field(default_factory=ServerCounts)  # what it used of the limits
     robots: RobotsRules | None = None
     # While its robots.txt is unreachable, no request to this server before this time.
     paused_until: float = 0.0
