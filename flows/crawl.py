@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
 from storage.lock import crawl_lock
+from storage.manifest import new_crawl_id
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
@@ -26,8 +26,7 @@ from tasks.scope import scope_crawl
 def default_crawl_id() -> str:
     """`<UTC start>-<flow run id prefix>`: new for every run, but the same when Prefect retries
     a flow run (from the UI, say), so a retried run resumes its own crawl."""
-    started = flow_run.scheduled_start_time or datetime.now(UTC)
-    return started.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ-") + str(flow_run.id)[:8]
+    return new_crawl_id(flow_run.scheduled_start_time, suffix=str(flow_run.id)[:8])
 
 
 @flow(name="crawl", log_prints=True)

@@ -24,9 +24,11 @@ MANIFEST = "crawl.json"
 _CRAWL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def new_crawl_id() -> str:
-    """`<UTC now>-<8 random hex digits>`: sorts by start time, and never the same twice."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(4)
+def new_crawl_id(started: datetime | None = None, suffix: str | None = None) -> str:
+    """`<UTC start>-<suffix>`: sorts by start time (default now); the suffix (default 8 random
+    hex digits) keeps two crawls started in one second apart."""
+    started = started or datetime.now(UTC)
+    return started.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ-") + (suffix or secrets.token_hex(4))
 
 
 def check_crawl_id(name: str) -> str:

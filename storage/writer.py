@@ -296,18 +296,14 @@ def discard_uncommitted(crawl_dir: Path, prefix: str = "") -> list[Path]:
     file of it that is not whole), then the WARC files no committed row points into.
     `prefix`: only the files of one node (a takeover: the other nodes are alive, and the
     files of the batches they are committing are not garbage)."""
-    directories = [crawl_dir / name for name in COMMITTED_DATASETS]
-    commit = directories[-1]
     removed: list[Path] = []
-    batches: dict[str, list[Path]] = {}
-    for directory in directories:
-        for temporary in sorted(directory.glob(f"{prefix}*.tmp")):
+    for name in COMMITTED_DATASETS:
+        for temporary in sorted((crawl_dir / name).glob(f"{prefix}*.tmp")):
             temporary.unlink()
             removed.append(temporary)
-        for path in directory.glob(f"{prefix}*.parquet"):
-            batches.setdefault(path.name, []).append(path)
-    for name, paths in sorted(batches.items()):
-        if commit / name in paths and all(is_whole_parquet(path) for path in paths):
+    commit = crawl_dir / COMMITTED_DATASETS[-1]
+    for paths, committed in _batches(crawl_dir, prefix):
+        if committed:
             continue
         # The commit file first: a crash while deleting must leave the batch uncommitted,
         # never committed without its pages.
@@ -315,3 +311,23 @@ def discard_uncommitted(crawl_dir: Path, prefix: str = "") -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed + discard_uncommitted_warc(crawl_dir, prefix)
+
+
+def committed_batches(crawl_dir: Path) -> list[list[Path]]:
+    """The Parquet files of each committed batch of `crawl_dir` (every node's), by the commit
+    rule; what a reader may take as the crawl's output while nodes are still writing."""
+    return [paths for paths, committed in _batches(crawl_dir, "") if committed]
+
+
+def _batches(crawl_dir: Path, prefix: str) -> list[tuple[list[Path], bool]]:
+    """Each batch's Parquet files, sorted by name, and whether it is committed: its `fetches`
+    file exists and every file of it is whole."""
+    commit = crawl_dir / COMMITTED_DATASETS[-1]
+    batches: dict[str, list[Path]] = {}
+    for name in COMMITTED_DATASETS:
+        for path in (crawl_dir / name).glob(f"{prefix}*.parquet"):
+            batches.setdefault(path.name, []).append(path)
+    return [
+        (paths, commit / name in paths and all(is_whole_parquet(path) for path in paths))
+        for name, paths in sorted(batches.items())
+    ]

@@ -30,11 +30,10 @@ from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
 from crawler.scope.urls import server_of
-from storage.durable import is_whole_parquet
 from storage.files import literal
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
 from storage.schema import COMMITTED_DATASETS
-from storage.writer import discard_uncommitted
+from storage.writer import committed_batches, discard_uncommitted
 
 
 @dataclass
@@ -62,14 +61,9 @@ class OutputRecovery:
     def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
         """What the dead `node_id`, owner of `hosts`, leaves to the others."""
         discard_uncommitted(self.crawl_dir, prefix=f"{node_id}-")
-        commit = self.crawl_dir / COMMITTED_DATASETS[-1]
-        committed = {path.name for path in commit.glob("*.parquet") if is_whole_parquet(path)}
-        fetch_files = [literal(commit / name) for name in sorted(committed)]
-        discovered_files = [
-            literal(path)
-            for path in sorted((self.crawl_dir / "discovered").glob("*.parquet"))
-            if path.name in committed and is_whole_parquet(path)
-        ]
+        committed = [path for paths in committed_batches(self.crawl_dir) for path in paths]
+        fetch_files = [literal(p) for p in committed if p.parent.name == COMMITTED_DATASETS[-1]]
+        discovered_files = [literal(p) for p in committed if p.parent.name == "discovered"]
         con = duckdb.connect()
         done: set[str] = set()
         attempts: dict[str, int] = {}
