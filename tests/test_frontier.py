@@ -328,3 +328,19 @@ def test_urgent_urls_go_before_the_round():
     assert queue.best_quality() == 1.4
     assert queue.top_quality_sum() == pytest.approx(1.4 + 1.2)
     assert [queue.pop().url for _ in range(3)] == ["http://a/y/2", "http://a/y/1", "http://a/x/1"]
+
+
+@pytest.mark.parametrize("policy", ["bfs", "performance", "quality", "capability"])
+def test_a_generator_of_fresh_directories_is_one_family_under_any_policy(policy):
+    """URLs reached through descending pages (a new directory per URL, so a new `url_family`
+    each) take one turn of the round between them: a chain of ordinary pages beside 1,000 of
+    them, of better quality and queued first, still gets every other turn."""
+    frontier = Frontier(SchedulingSettings(policy=policy, requests_per_connection=50))
+    frontier.add_server(ServerState("a", Clock()))
+    for n in range(1000):
+        trap_url = f"http://a/explore/w{chr(97 + n % 26)}{n // 26:x}/deeper/"
+        frontier.push("a", UrlTask(trap_url, 1, quality=1.0, descent=1 + n % 5), "http")
+    frontier.push("a", UrlTask("http://a/guide/part-a.html", 1, quality=0.001), "http")
+    server = frontier.acquire(0.0)
+    first = [server.next_task(0.0, new_allowed=True).url for _ in range(2)]
+    assert "http://a/guide/part-a.html" in first

@@ -26,7 +26,7 @@ from runtime.fleet import single_node
 from runtime.trial import analyse, trial_crawl
 from storage.views import connect
 from websim import WebSim, WebSpec
-from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS
+from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS, mixed
 
 pytestmark = pytest.mark.integration  # websim's hostile servers
 
@@ -383,3 +383,27 @@ def test_pages_linked_from_the_front_page_are_fetched_early(hostile_crawl, hosti
         len([t for t in requested if t.startswith("/events")])
         <= FAST.limits.trap_max_urls_per_pattern + 1
     )
+
+
+def test_a_generator_of_ever_deeper_fresh_paths_spares_the_ordinary_pages(
+    hostile_crawl, hostile_web
+):
+    _, rows = hostile_crawl
+    requested = requests_to(rows, hostile_web, "fresh_trap")
+    trap = [t for t in requested if t.startswith(mixed.TRAP_ROOT)]
+    budget = FAST.limits.trap_max_descending_urls
+    # The generator's root, its children (one descending page away), then one budget in all.
+    assert budget <= len(trap) <= 1 + mixed.TRAP_FANOUT + budget
+    assert all(requested.count(path) == 1 for path in mixed.CHAIN)
+    assert set(rows.errors("fresh_trap").values()) == {"trap"}
+
+
+def test_a_url_that_asks_for_a_year_costs_itself_not_the_server(hostile_crawl, hostile_web):
+    """Its 429 comes while the server's other URLs are answered: the URL has one retry
+    after the clamp (with defaults, more tries would each ask for a year again; bench/chaos),
+    and the articles are each fetched once."""
+    _, rows = hostile_crawl
+    limited = [error for t, _, error, _ in rows.fetches["slow_failures"] if t == "/limited"]
+    assert len(limited) == 2 and limited[-1].startswith("gave_up")
+    requested = requests_to(rows, hostile_web, "slow_failures")
+    assert all(requested.count(path) == 1 for path in mixed.ARTICLES)

@@ -11,7 +11,13 @@ import pytest
 from crawler.config import ConfigError, CrawlConfig, config_from_dict
 from crawler.scope.limits import ServerCounts, UrlLimits, counts_of
 from crawler.scope.settings import LimitSettings
-from crawler.scope.traps import DEFAULT_STRIP_PARAMS, ParamStripper, content_shape, path_pattern
+from crawler.scope.traps import (
+    DEFAULT_STRIP_PARAMS,
+    ParamStripper,
+    content_shape,
+    descends,
+    path_pattern,
+)
 from crawler.scope.urls import MAX_URL_LENGTH
 from errors import FetchError
 
@@ -239,3 +245,42 @@ def test_a_server_handed_to_another_node_takes_its_counts_along(two_nodes):
     assert sender._threads == receiver._threads == []
     sender.close()
     receiver.close()
+
+
+def test_descending_runs_share_one_budget_per_section():
+    """From the second descending page in a row on, a section's URLs share one budget,
+    whatever their words; ordinary URLs of the section and other sections are not held."""
+    limits = UrlLimits(LimitSettings(trap_max_descending_urls=5))
+    counts = ServerCounts()
+    fresh = [f"http://a.example/t/{'x' * n}/{'y' * n}/" for n in range(1, 9)]
+    verdicts = [limits.admit(counts, url, descent=2 + n % 3) for n, url in enumerate(fresh)]
+    assert [v is None for v in verdicts] == [True] * 5 + [False] * 3
+    assert all(v.kind.value == "trap" for v in verdicts[5:] if v is not None)
+    assert limits.admit(counts, "http://a.example/t/named/page.html", descent=1) is None
+    assert limits.admit(counts, "http://a.example/t/other/", descent=0) is None
+    assert limits.admit(counts, "http://a.example/u/deep/er/", descent=3) is None
+
+
+@pytest.mark.parametrize(
+    ("page", "links", "descending"),
+    [
+        # Fresh subdirectories of its own, and only those: a generator's page.
+        ("http://a/t/ab/", ["http://a/t/ab/cd/", "http://a/t/ab/ef/"], True),
+        ("http://a/t/ab", ["http://a/t/ab/cd/"], True),  # no slash: its directory is /t/
+        # Half deeper is enough; a home link does not hide it.
+        ("http://a/t/ab/", ["http://a/t/ab/cd/", "http://a/"], True),
+        # Ordinary pages: a sibling, files in its own directory, nothing new.
+        ("http://a/t/ab/", ["http://a/t/ab/x.html", "http://a/t/ab/y.html"], False),
+        (
+            "http://a/docs/p.html",
+            ["http://a/docs/q.html", "http://a/docs/api/x.html", "http://a/b"],
+            False,
+        ),
+        ("http://a/t/ab/", [], False),
+        # The root directory never descends: everything is under it.
+        ("http://a/", ["http://a/t/", "http://a/u/v/"], False),
+        ("http://a/index.html", ["http://a/t/"], False),
+    ],
+)
+def test_which_pages_descend(page, links, descending):
+    assert descends(page, links) is descending

@@ -463,12 +463,18 @@ class ServerSession:
         server's name again; None resolves as usual."""
         self._adapter.pinned_address = address
 
-    def get(self, url: str, headers: dict[str, str] | None = None) -> FetchResult:
-        """GET `url`; `headers`: added to the request (a conditional GET's validators)."""
+    def get(
+        self, url: str, headers: dict[str, str] | None = None, time_limit_s: float | None = None
+    ) -> FetchResult:
+        """GET `url`; `headers`: added to the request (a conditional GET's validators);
+        `time_limit_s`: a shorter limit than the settings' for this fetch and each of its
+        steps (a URL that failed slowly before, crawler/scheduling/failures.py)."""
         settings = self._settings
+        limit = settings.fetch_timeout_s if time_limit_s is None else time_limit_s
+        limit = min(limit, settings.fetch_timeout_s)
         started = time.monotonic()
         result = FetchResult(url=url)
-        watch = _WATCHDOG.watch(started + settings.fetch_timeout_s, self._adapter.cut)
+        watch = _WATCHDOG.watch(started + limit, self._adapter.cut)
         response: requests.Response | None = None
         try:
             response = self._session.get(
@@ -476,7 +482,10 @@ class ServerSession:
                 headers=headers,
                 stream=True,
                 allow_redirects=False,
-                timeout=(settings.connect_timeout_s, settings.read_timeout_s),
+                timeout=(
+                    min(settings.connect_timeout_s, limit),
+                    min(settings.read_timeout_s, limit),
+                ),
             )
             result.status = response.status_code
             result.headers = {k.lower(): v for k, v in response.headers.items()}
@@ -503,7 +512,7 @@ class ServerSession:
         if cut:
             result.error = FetchError(
                 ErrorClass.FETCH_TIMEOUT,
-                f"no complete answer within {settings.fetch_timeout_s:g} s",
+                f"no complete answer within {limit:g} s",
             )
         elif result.status == 304 and not _is_conditional(headers):
             # "Not modified" since nothing: no earlier capture stands behind it, so it confirms

@@ -66,6 +66,13 @@ class RetrySettings(Section):
         1.0, gt=0, description="first wait of the exponential backoff without Retry-After"
     )
     backoff_cap_s: float = Field(60.0, gt=0, description="longest wait of that backoff")
+    failure_budget_s: float = Field(
+        120.0,
+        gt=0,
+        description="time one server's failed requests (timeouts, 429/503, 5xx) may take, "
+        "plus a tenth of the time its answers took; past it, its failing URLs are not retried "
+        "and its new URLs get a quarter of fetch_timeout_s",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> RetrySettings:

@@ -13,6 +13,7 @@ from crawler.fetching.sitemaps import SitemapEntry
 from crawler.node.core import NodeCore
 from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.traps import descends
 from crawler.scope.urls import canonical_url, host_key, server_of
 
 
@@ -53,6 +54,7 @@ class Discovery:
         core.observe_page(source_url, targets)
         new: list[Item] = []
         with core.lock:
+            descent = self._descent(source, targets, redirects)
             for url in targets:
                 host = server_of(url)
                 server = core.servers.get(host)
@@ -61,9 +63,10 @@ class Discovery:
                         continue
                     # Depth inside the server: from where the crawl entered it.
                     host_depth = source.host_depth + 1 if host == source_host else 0
-                    core.queue(
-                        server, UrlTask(url, depth, quality=core.score(url), host_depth=host_depth)
-                    )
+                    task = UrlTask(url, depth, quality=core.score(url), host_depth=host_depth)
+                    if host == source_host:
+                        task.descent = descent
+                    core.queue(server, task)
                     if redirects:
                         server.redirects[url] = redirects
                 elif self._link.admit(url):
@@ -74,6 +77,19 @@ class Discovery:
             if new:
                 core.changed()
         return new
+
+    def _descent(self, source: UrlTask, targets: list[str], redirects: int) -> int:
+        """The descent of the source's links on its own server (crawler.scope.traps.descends):
+        one more than the source's if the source's new links go mostly deeper, else 0. A
+        redirect's target is the source moved: it keeps the source's descent."""
+        if redirects:
+            return source.descent
+        server = self._core.servers.get(server_of(source.url))
+        if server is None:
+            return 0
+        host = server.host
+        new_links = [url for url in targets if url not in server.seen and server_of(url) == host]
+        return source.descent + 1 if descends(source.url, new_links) else 0
 
     def send_foreign(self, items: list[Item]) -> None:
         """Sent only once their `discovered` rows are recorded: a takeover flushes the live

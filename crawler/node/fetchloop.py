@@ -10,8 +10,10 @@ steps share.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
+from dataclasses import dataclass
 
 from crawler.fetching.fetcher import FetchResult, ServerSession
 from crawler.fetching.headers import parse_retry_after
@@ -23,6 +25,7 @@ from crawler.node.handover import Handover
 from crawler.node.outcome import outcome_of
 from crawler.node.recorder import Recorder
 from crawler.ratecontrol import make_in_flight_limit
+from crawler.scheduling.failures import is_failure
 from crawler.scheduling.server import ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.addresses import AddressGuard, AddressRefused
@@ -31,6 +34,19 @@ from crawler.scope.urls import server_of
 from errors import DEADLINE, ErrorClass, FetchError, family_errors
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A fetch's result and what the node made of it at once."""
+
+    result: FetchResult
+    retry_after: float | None  # its Retry-After in seconds, clamped to retry_after_max_s
+    asked_s: float | None  # the same as the server asked for
+    own_failure: bool  # a failure of this URL alone (crawler/scheduling/failures.py)
+    spent_budget: bool  # this failure spent the server's failure budget
+
+
 # A worker holding a server sleeps until its next request only if that is this close; a longer
 # wait gives the connection slot to another server (politeness must not idle the node).
 LINGER_S = 0.25
@@ -108,7 +124,7 @@ class FetchLoop:
             # Checked last: a URL put back above must not be counted twice. Retries were
             # admitted with their first try.
             if task.attempt == 1:
-                refusal = core.limits.admit(server.limits, task.url, task.host_depth)
+                refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
             else:
                 refusal = None
             if refusal is not None:
@@ -133,11 +149,19 @@ class FetchLoop:
         connection should end."""
         core = self._core
         conditional = core.revisits.conditional_headers(task.url) if core.revisits else None
-        result, retry_after = self._paced_get(server, session, task.url, conditional)
-        retry_in = self._retry.retry_delay(task.attempt, result.status, result.error, retry_after)
+        answer = self._paced_get(server, session, task.url, conditional)
+        result = answer.result
+        retry_in = self._retry.retry_delay(
+            task.attempt, result.status, result.error, answer.retry_after
+        )
+        given_up = self._not_again(server, task, answer) if retry_in is not None else None
+        if given_up is not None:
+            retry_in = None
         with core.lock:
             hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
-        outcome = outcome_of(result, task.attempt, retry_in, hops, core.config.fetch.max_redirects)
+        outcome = outcome_of(
+            result, task.attempt, retry_in, hops, core.config.fetch.max_redirects, given_up
+        )
         limits, counts = core.limits, server.limits
         if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
@@ -151,7 +175,9 @@ class FetchLoop:
                 server.retry_later(
                     UrlTask(task.url, task.depth, task.attempt + 1),
                     time.monotonic() + outcome.retry_in,
+                    late=answer.own_failure,
                 )
+            self._after_failure(server, answer)
             return False
         discovered: list[tuple[str, int]] = []
         foreign: list[tuple[str, int]] = []
@@ -166,7 +192,37 @@ class FetchLoop:
         self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
         self._discovery.send_foreign(foreign)
         core.count_fetched(page=outcome.page is not None)
+        self._after_failure(server, answer)
         return outcome.keep_connection
+
+    # ---- failures: the server's, or one URL's (crawler/scheduling/failures.py) ---------------
+
+    def _not_again(self, server: ServerState, task: UrlTask, answer: Answer) -> str | None:
+        """Why a retryable failure is not tried again, if it is not: the server's failure
+        budget is spent, or the URL's own pushback asked again for longer than a retry waits
+        (it had its one retry after `retry_after_max_s`)."""
+        retry = self._core.config.retry
+        if server.failures.spent(retry.failure_budget_s):
+            return server.failures.budget_reason(retry.failure_budget_s)
+        asked = answer.asked_s
+        if (
+            answer.own_failure
+            and task.attempt > 1
+            and asked is not None
+            and asked > retry.retry_after_max_s
+        ):
+            return f"asked again to wait {asked:.0f} s, longer than retry_after_max_s"
+        return None
+
+    def _after_failure(self, server: ServerState, answer: Answer) -> None:
+        """The answer spent the server's failure budget: its URLs waiting for a retry are
+        given up, each with its row."""
+        if answer.spent_budget:
+            with self._core.lock:
+                tasks = server.drain_retries()
+            budget_s = self._core.config.retry.failure_budget_s
+            reason = server.failures.budget_reason(budget_s)
+            self.unfetched(tasks, FetchError(ErrorClass.GAVE_UP, reason))
 
     # ---- what a connection needs besides pages ----------------------------------------------
 
@@ -237,7 +293,7 @@ class FetchLoop:
             wait = controller.earliest_next() - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            result, _ = self._paced_get(server, session, url)
+            result = self._paced_get(server, session, url).result
             fetched.append(result)
             return result
 
@@ -287,31 +343,40 @@ class FetchLoop:
         session: ServerSession,
         url: str,
         conditional: dict[str, str] | None = None,
-    ) -> tuple[FetchResult, float | None]:
+    ) -> Answer:
         """One request, counted by the in-flight limit and the server's rate controller (so
-        the next one waits its turn); returns the result and its `Retry-After`, if any."""
+        the next one waits its turn) and by its failure ledger, which also sets its time
+        limit; a failure that is the URL's own does not pause the server."""
         core = self._core
         controller = server.controller
         assert controller is not None
+        retry = core.config.retry
         self._take_slot()
         started = time.monotonic()
         with core.lock:
             controller.on_request_start(started)
-        result = session.get(url, conditional)
+            time_limit = server.failures.time_limit(
+                url, core.config.fetch.fetch_timeout_s, retry.failure_budget_s
+            )
+        result = session.get(url, conditional, time_limit)
         self._free_slot(result)
         now = time.monotonic()
-        retry_after = parse_retry_after(
-            result.headers.get("retry-after"), time.time(), core.config.retry.retry_after_max_s
-        )
+        asked = parse_retry_after(result.headers.get("retry-after"), time.time(), math.inf)
+        retry_after = None if asked is None else min(asked, retry.retry_after_max_s)
         with core.lock:
+            failures = server.failures
+            own = is_failure(result.status, result.error) and failures.about_url(url)
+            spent = failures.record(
+                url, result.status, result.error, now - started, retry.failure_budget_s
+            )
             # The wire time where there is one: the client's own work is no server's load.
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
             if result.network_rtt_s is not None:
                 controller.on_network_rtt(result.network_rtt_s)
-            controller.on_response(now, rtt_s, result.status, retry_after)
+            controller.on_response(now, rtt_s, result.status, None if own else retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.server_answered(server.host)
-        return result, retry_after
+        return Answer(result, retry_after, asked, own, spent)
 
     # ---- URLs not fetched -------------------------------------------------------------------
 

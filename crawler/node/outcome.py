@@ -29,10 +29,16 @@ class Outcome:
 
 
 def outcome_of(
-    result: FetchResult, attempt: int, retry_in: float | None, hops: int, max_redirects: int
+    result: FetchResult,
+    attempt: int,
+    retry_in: float | None,
+    hops: int,
+    max_redirects: int,
+    given_up: str | None = None,
 ) -> Outcome:
     """`attempt`: which try of the URL this was; `retry_in`: the retry policy's answer for it;
-    `hops`: redirects in a row that led to the URL."""
+    `hops`: redirects in a row that led to the URL; `given_up`: why a retryable failure is not
+    tried again before its tries are used up (crawler/scheduling/failures.py)."""
     if retry_in is not None:
         # The URL waits; the server's own pause (Retry-After, a run of failures) is the rate
         # controller's business. The connection ends: the server pushed back.
@@ -40,7 +46,8 @@ def outcome_of(
     error = result.error
     if is_retryable(result.status, error):
         # The last try of a URL that kept failing: the row says it was given up.
-        error = FetchError(ErrorClass.GAVE_UP, f"{error or result.status} after {attempt} tries")
+        detail = f"{error or result.status} after {attempt} tries"
+        error = FetchError(ErrorClass.GAVE_UP, f"{detail}; {given_up}" if given_up else detail)
     # A dead link, or no answer at all (given up): what a run of dead URLs gives.
     failed = (
         result.status in DEAD_LINK_STATUSES

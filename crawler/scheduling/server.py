@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from crawler.fetching.politeness import RobotsRules
 from crawler.ratecontrol import HostRateController
+from crawler.scheduling.failures import FailureLedger
 from crawler.scheduling.policies import ConnectionStats
 from crawler.scheduling.urlqueue import FairUrls, UrlQueue, UrlTask
 from crawler.scope.limits import ServerCounts
@@ -51,6 +52,10 @@ class ServerState:
     queue: UrlQueue = field(default_factory=lambda: FairUrls(quality_ordered=False))
     # URLs waiting for a retry, by the time they may go again: (not_before, order, task).
     retries: list[tuple[float, int, UrlTask]] = field(default_factory=list)
+    # Retries of URLs that failed on their own (crawler.scheduling.failures): the same, but
+    # only when the queue has no new URL for them to wait behind.
+    late: list[tuple[float, int, UrlTask]] = field(default_factory=list)
+    failures: FailureLedger = field(default_factory=FailureLedger)
     seen: set[str] = field(default_factory=set)  # every URL of it known: done or queued
     redirects: dict[str, int] = field(default_factory=dict)  # queued URL -> redirects to it
     limits: ServerCounts = field(default_factory=ServerCounts)  # what it used of the limits
@@ -84,12 +89,13 @@ class ServerState:
     def ready_at(self) -> float:
         assert self.controller is not None, "a server is owned with its controller"
         ready = max(self.controller.earliest_next(), self.paused_until)
-        if not self.queue and self.retries:
-            ready = max(ready, self.retries[0][0])
+        if not self.queue and (self.retries or self.late):
+            due = min(heap[0][0] for heap in (self.retries, self.late) if heap)
+            ready = max(ready, due)
         return ready
 
     def pending(self) -> int:
-        return len(self.queue) + len(self.retries)
+        return len(self.queue) + len(self.retries) + len(self.late)
 
     def best_quality(self) -> float:
         return self.queue.best_quality()
@@ -98,18 +104,31 @@ class ServerState:
         return self.queue.top_quality_sum()
 
     def next_task(self, now: float, new_allowed: bool) -> UrlTask | None:
-        """A retry that is due first, else the next new URL if `new_allowed` (page budget)."""
+        """A retry that is due first, else the next new URL if `new_allowed` (page budget),
+        else a late retry that is due."""
         if self.retries and self.retries[0][0] <= now:
             self.tally.urls -= 1
             return heapq.heappop(self.retries)[2]
         if self.queue and new_allowed:
             self.tally.urls -= 1
             return self.queue.pop()
+        if self.late and self.late[0][0] <= now:
+            self.tally.urls -= 1
+            return heapq.heappop(self.late)[2]
         return None
 
-    def retry_later(self, task: UrlTask, not_before: float) -> None:
+    def retry_later(self, task: UrlTask, not_before: float, late: bool = False) -> None:
+        """`late`: the URL failed on its own; its retry waits behind the new URLs."""
         self.tally.urls += 1
-        heapq.heappush(self.retries, (not_before, next(_retry_order), task))
+        heapq.heappush(self.late if late else self.retries, (not_before, next(_retry_order), task))
+
+    def drain_retries(self) -> list[UrlTask]:
+        """Take out every URL waiting for a retry (the server's failure budget is spent)."""
+        tasks = [entry[2] for heap in (self.retries, self.late) for entry in heap]
+        self.retries.clear()
+        self.late.clear()
+        self.tally.urls -= len(tasks)
+        return tasks
 
     def put_back(self, task: UrlTask) -> None:
         """Return a task taken but not fetched, to be the next one fetched."""
@@ -120,10 +139,9 @@ class ServerState:
             self.retry_later(task, 0.0)
 
     def drain(self) -> list[UrlTask]:
-        tasks = self.queue.drain() + [entry[2] for entry in self.retries]
-        self.retries.clear()
+        tasks = self.queue.drain()
         self.tally.urls -= len(tasks)
-        return tasks
+        return tasks + self.drain_retries()
 
     def drain_family(self, family: str) -> list[UrlTask]:
         """Take out the queued new URLs of one URL family (retries stay: each is checked when
@@ -141,8 +159,9 @@ class ServerState:
         self.wait_s = max(0.0, self.ready_at() - now)
         # Negative orders, in the order they had: never equal to those the next owner's
         # process gives (a tie would compare the tasks). Sorted, so still a heap.
-        ordered = sorted(self.retries, key=lambda entry: entry[:2])
-        self.retries = [(0.0, -1 - i, task) for i, (_, _, task) in enumerate(ordered)]
+        for heap in (self.retries, self.late):
+            ordered = sorted(heap, key=lambda entry: entry[:2])
+            heap[:] = [(0.0, -1 - i, task) for i, (_, _, task) in enumerate(ordered)]
         self.tally = Tally()
 
     def arrive(self, now: float) -> None:

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from crawler.scope.traps import url_family
+from crawler.scope.traps import descending_family, url_family
 
 
 @dataclass(slots=True)
@@ -20,6 +20,9 @@ class UrlTask:
     quality: float = 0.0  # fixed when the URL was discovered (docs/scheduling.md)
     host_depth: int = 0  # links from where the crawl entered the URL's server
     urgent: bool = False  # goes before its server's round of families (a recrawl's changed URL)
+    # Descending pages in a row that led to it (crawler.scope.traps.descends): from 1 on, the
+    # URL is in its section's one descending family, and from 2 on in its trap budget.
+    descent: int = 0
 
 
 class UrlQueue(Protocol):
@@ -167,9 +170,18 @@ class QualityUrls:
 _URGENT = "!urgent"  # the key of urgent URLs; every real family starts with "/"
 
 
+def _family_of(task: UrlTask) -> str:
+    if task.urgent:
+        return _URGENT
+    # A generator of ever-deeper fresh paths makes a new directory (so a new `url_family`) at
+    # every URL: its URLs take one turn of the round between them, not one each.
+    return descending_family(task.url) if task.descent else url_family(task.url)
+
+
 class FairUrls:
-    """A server's queue: round-robin between its URL families (crawler.scope.traps.url_family),
-    each family's URLs in the policy's order (best quality first, or first in, first out).
+    """A server's queue: round-robin between its URL families (crawler.scope.traps.url_family;
+    the URLs a section's descending pages led to are one family, `descending_family`), each
+    family's URLs in the policy's order (best quality first, or first in, first out).
 
     So no family starves the others: a link from the front page waits for at most one URL of
     each other family, however many URLs a calendar or a page of 100,000 links queued before
@@ -203,7 +215,7 @@ class FairUrls:
         return queue
 
     def push(self, task: UrlTask) -> None:
-        family = _URGENT if task.urgent else url_family(task.url)
+        family = _family_of(task)
         queue = self._family_queue(family)
         if not queue and family is not _URGENT:
             self._turns.append(family)
@@ -212,7 +224,7 @@ class FairUrls:
         self._sum = None
 
     def push_front(self, task: UrlTask) -> None:
-        family = _URGENT if task.urgent else url_family(task.url)
+        family = _family_of(task)
         queue = self._family_queue(family)
         if family is not _URGENT:
             if queue:

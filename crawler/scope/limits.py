@@ -13,6 +13,11 @@ before a URL's first fetch, and a refusal is recorded as a fetches row like any 
   pages is crawled whole, a thousand calendar months from one template are not;
 - a path segment may occur `trap_max_segment_repeats` times in a path;
 - a URL may be `max_depth_per_host` links away from where the crawl entered its server;
+- the URLs of a section (top directory) reached through two or more descending pages in a row
+  (pages whose new links lead only ever deeper under their own directory, crawler/scope/traps.py)
+  get `trap_max_descending_urls` URLs in all: a generator of fresh paths makes a new pattern
+  at every URL, so no pattern budget holds it, and without this it grows by its fan-out at
+  every level;
 - after `family_error_budget` failures in a row (404, 410, or given up) in one URL family
   (crawler/scope/traps.py) of a server, that family's other URLs are skipped, not fetched.
 """
@@ -25,8 +30,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from crawler.scope.settings import LimitSettings
-from crawler.scope.traps import path_pattern, url_family
+from crawler.scope.traps import path_pattern, url_family, url_section
 from errors import ErrorClass, FetchError
+
+# Descending pages in a row from which on URLs count against the trap budget: one descending
+# page is an ordinary index of subdirectories; a run of them is a generator's.
+DESCENT_BUDGETED = 2
 
 
 @dataclass
@@ -40,6 +49,7 @@ class ServerCounts:
     credits: Counter[str] = field(default_factory=Counter)  # earned budget per pattern
     shapes: dict[str, set[int]] = field(default_factory=dict)  # content shapes per pattern
     failures: Counter[str] = field(default_factory=Counter)  # failures in a row per family
+    descending: Counter[str] = field(default_factory=Counter)  # trap-budgeted URLs per section
     closed: set[str] = field(default_factory=set)  # families whose other URLs are skipped
 
     def add(self, other: ServerCounts) -> None:
@@ -49,13 +59,15 @@ class ServerCounts:
         for pattern, shapes in other.shapes.items():
             self.shapes.setdefault(pattern, set()).update(shapes)
         self.failures.update(other.failures)
+        self.descending.update(other.descending)
         self.closed |= other.closed
 
 
 def counts_of(urls: Iterable[str]) -> dict[str, ServerCounts]:
     """Per server, the counts of URLs already admitted (a resumed crawl, or the servers of a
     dead node, rebuild them from the output). The content shapes are not in the output: each
-    pattern is credited with what it used, so it gets its base budget afresh in the new run."""
+    pattern is credited with what it used, so it gets its base budget afresh in the new run.
+    How each URL was reached is not in the output either: descending runs are counted afresh."""
     counts: dict[str, ServerCounts] = {}
     for url in urls:
         parts = urlsplit(url)
@@ -76,10 +88,12 @@ class UrlLimits:
     def __init__(self, settings: LimitSettings) -> None:
         self._settings = settings
 
-    def admit(self, counts: ServerCounts, url: str, host_depth: int = 0) -> FetchError | None:
+    def admit(
+        self, counts: ServerCounts, url: str, host_depth: int = 0, descent: int = 0
+    ) -> FetchError | None:
         """None if the URL may be fetched (it is then counted in its server's `counts`), else
         why not (`url_too_long`, `trap`, `host_budget`). `host_depth`: links from where the
-        crawl entered the URL's server."""
+        crawl entered the URL's server; `descent`: descending pages in a row that led to it."""
         settings = self._settings
         if len(url) > settings.max_url_length:
             return FetchError(
@@ -112,8 +126,17 @@ class UrlLimits:
                 f"{budget} URLs like {pattern[:100]} fetched already, their pages "
                 f"of {len(counts.shapes.get(pattern, ()))} shapes",
             )
+        section = url_section(url) if descent >= DESCENT_BUDGETED else None
+        if section is not None and counts.descending[section] >= settings.trap_max_descending_urls:
+            return FetchError(
+                ErrorClass.TRAP,
+                f"{settings.trap_max_descending_urls} URLs of {section[:100]} fetched already "
+                "that pages linking ever deeper led to",
+            )
         counts.pages += 1
         counts.patterns[pattern] += 1
+        if section is not None:
+            counts.descending[section] += 1
         return None
 
     def wants_shape(self, counts: ServerCounts, url: str) -> bool:

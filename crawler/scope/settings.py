@@ -45,6 +45,13 @@ class LimitSettings(Section):
         description="URLs fetched per server and path pattern (digits masked), plus one per "
         "page of the pattern with new content",
     )
+    trap_max_descending_urls: int = Field(
+        100,
+        ge=1,
+        description="URLs fetched per server and top directory that were reached through two or "
+        "more pages in a row whose new links lead mostly deeper under them (a generator of fresh "
+        "paths)",
+    )
     trap_max_segment_repeats: int = Field(
         3, ge=1, description="times one path segment may occur in a URL's path"
     )

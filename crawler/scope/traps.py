@@ -1,12 +1,16 @@
 """The shapes of URLs and pages that trap defences, fairness and error budgets are kept by.
 
-Three cheap functions of a URL or a body, each run once per discovered link or fetched page:
+Cheap functions of a URL or a body, each run once per discovered link or fetched page:
 
 - `ParamStripper`: a URL without its session-id and tracking parameters (one page under many
   session ids, or reached from many campaigns, is one URL);
 - `url_family`: the group a URL is scheduled and error-counted with inside its server: its
   directory with numbered segments masked, plus the last segment when there is a query
   (`/cal/2024/5` and `/cal/1999/12` are `/cal/*/`; `/cal?d=5` is `/cal?`; `/about` is `/`);
+- `descends`: whether a page's new links lead only ever deeper under its own directory, the
+  mark of a generator of fresh paths (`/t/ax/` linking `/t/ax/bq/`, `/t/ax/kz/`...); URLs
+  reached through a run of such pages are scheduled as one family per section
+  (`descending_family`) and share one budget (crawler/scope/limits.py), whatever their words;
 - `content_shape`: a page's body with what varies in generated pages removed (numbers, query
   strings, path parameters), hashed: the pages of an endless calendar all have one shape, the
   pages of a documentation directory each have their own.
@@ -111,6 +115,36 @@ def url_family(url: str) -> str:
     if query:
         family += _HAS_DIGIT.sub("*", last) + "?"
     return family
+
+
+def url_section(url: str) -> str:
+    """The top directory of a canonical URL's path, numbered segments masked (`/t/` for
+    `/t/a/b`; `/` for `/about`): the part of a server that one generator of paths fills."""
+    path = url.split("/", 3)[3].partition("?")[0]
+    top, slash, _ = path.partition("/")
+    return "/" + _HAS_DIGIT.sub("*", top) + "/" if slash else "/"
+
+
+def descending_family(url: str) -> str:
+    """The one family of every URL of a section reached through descending pages."""
+    return url_section(url) + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def descends(page_url: str, new_links: Iterable[str]) -> bool:
+    """Whether a page's new links (of its own server) go mostly deeper under its directory:
+    at least one does, and at least half of them do. A page in the root directory never
+    descends (every path is under `/`). Ordinary pages link across (siblings, navigation);
+    an index page descends once, and a run of descending pages is what a generator of fresh
+    paths makes: `crawler.scope.limits` budgets what such a run reaches."""
+    directory = page_url.split("?", 1)[0].rpartition("/")[0] + "/"
+    if directory.count("/") <= 3:  # scheme://host/: the root directory
+        return False
+    deeper = total = 0
+    for link in new_links:
+        total += 1
+        if link.startswith(directory) and "/" in link[len(directory) :].split("?", 1)[0]:
+            deeper += 1
+    return deeper > 0 and 2 * deeper >= total
 
 
 def content_shape(body: bytes) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from websim.hostile import bodies, robots, traps
+from websim.hostile import bodies, mixed, robots, traps
 from websim.hostile.exchange import GOOD_PAGES, Handler
 
 
@@ -168,6 +168,22 @@ SCENARIOS: dict[str, Scenario] = {
             "503 once per URL, Retry-After a year away",
             (),
             robots.retry_after_far,
+        ),
+        Scenario(
+            "slow_failures",
+            "20 articles beside URLs that hang, drip, reset, 429 for a year, 503 always",
+            (),
+            mixed.slow_failures,
+            good_pages=False,
+            also_expected=("/", *mixed.ARTICLES),
+        ),
+        Scenario(
+            "fresh_trap",
+            "a chain of 30 pages beside paths that grow ever deeper with fresh words",
+            (),
+            mixed.fresh_trap,
+            good_pages=False,
+            also_expected=("/", *mixed.CHAIN),
         ),
         Scenario(
             "empty_body",
