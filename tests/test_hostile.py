@@ -18,6 +18,7 @@ import crawler.node.fetchloop
 import crawler.node.outcome
 from crawler.cluster.coordinator import CrawlFailed
 from crawler.config import CrawlConfig
+from crawler.fetching.politeness import RobotsRules
 from crawler.node.fetchloop import FetchLoop
 from crawler.scope.addresses import AddressGuard
 from crawler.scope.urls import host_key
@@ -257,6 +258,39 @@ def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkey
     assert summary["outcome"] == {"internal_error": 1}
     assert summary["lost"] == [seed + "ok/1"]  # fetched, but not successfully
     assert summary["duplicates"] == 0
+
+
+def test_a_bug_in_a_urls_robots_check_costs_that_url(hostile_web, tmp_path, monkeypatch):
+    """Every step of one URL is inside the net: robots.txt's verdict too."""
+    real_allowed = RobotsRules.allowed
+
+    def allowed_or_fail(self, url, user_agent):
+        if url.endswith("/ok/1"):
+            raise RuntimeError("boom")
+        return real_allowed(self, url, user_agent)
+
+    monkeypatch.setattr(RobotsRules, "allowed", allowed_or_fail)
+    seed = hostile_web.hostile_url("empty_body")
+    crawl_dir, finished = trial_crawl([seed], [], tmp_path, FAST, timeout_s=30)
+    assert finished
+    summary = analyse(crawl_dir, [seed], hostile_web.hostile_expected("empty_body"))
+    assert summary["outcome"] == {"internal_error": 1}
+    assert summary["lost"] == [seed + "ok/1"]
+
+
+def test_a_robots_txt_that_sets_off_a_bug_is_an_unreadable_one(hostile_web, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(RobotsRules, "from_response", fail)
+    seed = hostile_web.hostile_url("empty_body")
+    crawl_dir, finished = trial_crawl([seed], [], tmp_path, FAST, timeout_s=30)
+    assert finished
+    errors = connect(crawl_dir).execute("SELECT DISTINCT error FROM fetches").fetchall()
+    assert {e for (e,) in errors} == {
+        None,
+        "robots_unavailable: internal_error: RuntimeError: boom",
+    }
 
 
 def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(

@@ -96,53 +96,55 @@ class FetchLoop:
 
     def serve(self, server: ServerState) -> None:
         """One connection's worth of work on one server."""
-        core = self._core
-        user_agent = core.config.fetch.user_agent
-        session = core.session(server)
+        session = self._core.session(server)
         if server.refused is not None or not self._address_ok(server, session):
             self._fail_queued(server, FetchError(ErrorClass.ADDRESS_REFUSED, server.refused))
             return
         if server.robots is None and not self._load_robots(server, session):
             return
-        robots = server.robots
-        assert robots is not None  # loaded above, and a server's rules are never unloaded
         for _ in range(server.batch):
             task = self.next_task(server)
             if task is None:
                 return
-            if not robots.allowed(task.url, user_agent):
-                self.unfetched([task], FetchError(ErrorClass.ROBOTS_DISALLOWED), refund_budget=True)
-                continue
-            if core.limits.closed(server.limits, task.url):
-                self.unfetched([task], family_errors(url_family(task.url)), refund_budget=True)
-                continue
-            assert server.controller is not None
-            wait = server.controller.earliest_next() - time.monotonic()
-            if wait > LINGER_S:
-                core.put_back(server, task)
-                return
-            # Checked last: a URL put back above must not be counted twice. Retries were
-            # admitted with their first try.
-            if task.attempt == 1:
-                refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
-            else:
-                refusal = None
-            if refusal is not None:
-                self.unfetched([task], refusal, refund_budget=True)
-                continue
-            if wait > 0:
-                time.sleep(wait)
             try:
-                keep_connection = self.fetch(server, session, task)
+                keep_connection = self.attempt(server, session, task)
             except Exception as exc:
-                # A bug that some server's answer sets off must cost that URL, not the worker
-                # thread: a dead worker keeps its server taken and the crawl never ends.
+                # A bug that some server's answer (or robots.txt, or an earlier crawl's history
+                # of the URL) sets off must cost that URL, not the worker thread: a dead worker
+                # keeps its server taken and the crawl never ends.
                 logger.exception("fetching %s failed", task.url)
-                detail = f"{type(exc).__name__}: {exc}"[: 300 - len("internal_error: ")]
-                self.unfetched([task], FetchError(ErrorClass.INTERNAL_ERROR, detail))
+                self.unfetched([task], internal_error(exc))
                 return
             if not keep_connection:
                 return
+
+    def attempt(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
+        """Every step of one URL: robots.txt, the limits, the server's pace, the fetch; False
+        when the connection should end."""
+        core = self._core
+        robots = server.robots
+        assert robots is not None  # loaded before any URL, and never unloaded
+        if not robots.allowed(task.url, core.config.fetch.user_agent):
+            self.unfetched([task], FetchError(ErrorClass.ROBOTS_DISALLOWED), refund_budget=True)
+            return True
+        if core.limits.closed(server.limits, task.url):
+            self.unfetched([task], family_errors(url_family(task.url)), refund_budget=True)
+            return True
+        assert server.controller is not None
+        wait = server.controller.earliest_next() - time.monotonic()
+        if wait > LINGER_S:
+            core.put_back(server, task)
+            return False
+        # Checked last: a URL put back above must not be counted twice. Retries were admitted
+        # with their first try.
+        if task.attempt == 1:
+            refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
+            if refusal is not None:
+                self.unfetched([task], refusal, refund_budget=True)
+                return True
+        if wait > 0:
+            time.sleep(wait)
+        return self.fetch(server, session, task)
 
     def fetch(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
         """Fetch one URL and act on its outcome (crawler/node/outcome.py); False when the
@@ -255,9 +257,17 @@ class FetchLoop:
         now = time.monotonic()
         # A robots.txt that broke off midway is unknown, not short: its rules may be missing.
         status = None if result.cut_short else result.status
-        rules = RobotsRules.from_response(
-            status, result.body.decode("utf-8", "replace"), now, config.fetch.robots_retry_s
-        )
+        problem = f"{result.error or result.status}"
+        try:
+            rules = RobotsRules.from_response(
+                status, result.body.decode("utf-8", "replace"), now, config.fetch.robots_retry_s
+            )
+        except Exception as exc:
+            # A robots.txt that sets off a bug is one that cannot be read: tried again, then
+            # the server's URLs get their rows, like a robots.txt that does not answer.
+            logger.exception("reading the robots.txt of %s failed", server.host)
+            rules = RobotsRules.unreachable(now, config.fetch.robots_retry_s)
+            problem = str(internal_error(exc))
         if not rules.is_unreachable:
             server.robots = rules
             delay = rules.crawl_delay(config.fetch.user_agent)
@@ -271,7 +281,7 @@ class FetchLoop:
         # after as many tries as a URL gets, the server's URLs are recorded as failed.
         server.robots_failures += 1
         if server.robots_failures > core.config.retry.max_retries:
-            error = FetchError(ErrorClass.ROBOTS_UNAVAILABLE, f"{result.error or result.status}")
+            error = FetchError(ErrorClass.ROBOTS_UNAVAILABLE, problem)
             self._fail_queued(server, error)
         else:
             server.paused_until = rules.retry_at or now
@@ -298,12 +308,22 @@ class FetchLoop:
             return result
 
         origin = f"{server.scheme}://{server.host}"
-        entries = read_sitemaps(server.host, sitemap_urls(origin, server.robots.sitemaps), fetch)
-        added = self._discovery.queue_sitemap_entries(server, entries)
+        failure: FetchError | None = None
+        try:
+            entries = read_sitemaps(
+                server.host, sitemap_urls(origin, server.robots.sitemaps), fetch
+            )
+            added = self._discovery.queue_sitemap_entries(server, entries)
+        except Exception as exc:
+            # A sitemap that sets off a bug costs the sitemaps (the last one fetched gets the
+            # error in its row), not the server's crawl.
+            logger.exception("reading the sitemaps of %s failed", server.host)
+            failure, added = internal_error(exc), []
         for number, result in enumerate(fetched, 1):
             last = number == len(fetched)
             task = UrlTask(result.url, depth=0)
-            self._recorder.fetch(result, task, result.error, None, added if last else None)
+            error = failure if last and failure is not None else result.error
+            self._recorder.fetch(result, task, error, None, added if last else None)
 
     # ---- shared steps -----------------------------------------------------------------------
 
@@ -410,3 +430,8 @@ class FetchLoop:
                 if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
             core.count_unfetched(len(tasks))
+
+
+def internal_error(exc: Exception) -> FetchError:
+    """The row of a URL whose handling met a bug: the exception, within the column's size."""
+    return FetchError(ErrorClass.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:284])
