@@ -14,12 +14,14 @@ is used as it is.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,12 +39,21 @@ BIND_ATTEMPTS = 3  # the free port found may be taken before the server binds it
 TEMPORARY_SERVER_SETTINGS: dict[str, Any] = {"ui_url": "", "flows.heartbeat_frequency": None}
 
 
+class PrefectServerFailed(RuntimeError):
+    """The temporary server did not start; the message says where its log is."""
+
+
 class PrefectServer:
-    """A temporary Prefect server on a free loopback port, in a child process."""
+    """A temporary Prefect server on a free loopback port, in a child process. What it prints
+    goes to a log file, kept if it is not empty: the command's own output stays its own (a
+    command that stops at once, a second run refused, must not print the server's end)."""
 
     def __init__(self) -> None:
         self.port = _free_loopback_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115  # closed by `stop`
+            prefix="crawlflow-prefect-server-", suffix=".log", delete=False
+        )
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -63,6 +74,8 @@ class PrefectServer:
             # container runtime) must not stop the server before the command has said its last
             # to it; the command stops it on its way out (`stop`, at exit).
             start_new_session=True,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             # What Prefect's own ephemeral mode sets: no UI, ephemeral services only.
             env={
                 **os.environ,
@@ -92,13 +105,20 @@ class PrefectServer:
                 pass
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"the Prefect server did not start within {timeout_s:.0f} s")
+        raise PrefectServerFailed(
+            f"the temporary Prefect server did not start within {timeout_s:.0f} s; "
+            f"its log: {self.log.name}"
+        )
 
     def stop(self) -> None:
         """Ask the server to stop, without waiting: it finishes its own shutdown (flushing
         what it received) after the command has returned."""
         if self.process.poll() is None:
             self.process.terminate()
+        self.log.close()
+        with contextlib.suppress(FileNotFoundError):  # stopped twice: removed already
+            if os.path.getsize(self.log.name) == 0:
+                os.unlink(self.log.name)
 
 
 def boot_prefect_server() -> PrefectServer | None:
@@ -150,7 +170,10 @@ def wait_for_server(server: PrefectServer) -> PrefectServer:
         server = PrefectServer()
     if server.wait_ready():
         return server
-    raise RuntimeError(f"the Prefect server exited with code {server.process.returncode}")
+    raise PrefectServerFailed(
+        f"the temporary Prefect server exited with code {server.process.returncode}; "
+        f"its log: {server.log.name}"
+    )
 
 
 @contextmanager

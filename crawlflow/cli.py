@@ -110,6 +110,7 @@ def crawl(
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
     from storage.files import prepare_output_root
+    from storage.lock import crawl_lock
     from storage.manifest import new_crawl_id
 
     settings = with_overrides(
@@ -123,6 +124,7 @@ def crawl(
             "rate_control": {"mode": rate_control, "target_ppm": target_ppm},
         },
     )
+    crawl_id = crawl_id or new_crawl_id()
     request = crawl_request(
         {
             "seeds": seeds,
@@ -131,7 +133,7 @@ def crawl(
             "nodes": nodes,
             "out_dir": str(out),
             # Chosen here, not by the flow, so that an interrupted command can name it.
-            "crawl_id": crawl_id or new_crawl_id(),
+            "crawl_id": crawl_id,
             "since": since,
             "incremental": not full,
             "config": settings,
@@ -145,7 +147,10 @@ def crawl(
 
         require_earlier_crawl(out, since)  # before Prefect and Ray start
     try:
-        summary = run_crawl(request)
+        # Taken before Prefect and Ray start: a second command of this crawl id refuses at
+        # once; the flow holds it on in this process (storage/lock.py).
+        with crawl_lock(out / crawl_id):
+            summary = run_crawl(request)
     except KeyboardInterrupt:
         raise CrawlInterrupted(
             f"interrupted; what was committed is kept: run again with --crawl-id "
@@ -275,10 +280,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _crawl_failed() -> type[BaseException]:
+def _crawl_failed() -> tuple[type[BaseException], ...]:
     from crawler.cluster.coordinator import CrawlFailed
+    from crawlflow.boot import PrefectServerFailed
 
-    return CrawlFailed
+    return CrawlFailed, PrefectServerFailed
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,11 @@ compaction; a second run fails at once, naming the first. The lock is the kernel
 so a run that dies in any way, SIGKILL included, releases it, and the next run takes over
 without a stale-lock rule. It holds between processes of one machine; on a shared file system
 it holds only as far as that file system implements `flock`.
+
+The lock is reentrant within one context of a process: `crawlflow crawl` takes it before
+Prefect and Ray start (so of two commands started a moment apart, the second refuses at once),
+and the flow it runs holds it on; a deployment's flow run takes it itself, and another thread
+of the process is another run.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,10 +33,30 @@ class CrawlLocked(RuntimeError):
     """Another run holds the crawl directory; the message names it."""
 
 
+# The crawl directories held in this context: a holder's own callees (the flow that
+# `crawlflow crawl` runs) hold them on; another thread or flow run of the process does not.
+_held: ContextVar[frozenset[Path]] = ContextVar("crawl_locks_held", default=frozenset())
+
+
 @contextmanager
 def crawl_lock(crawl_dir: Path) -> Iterator[None]:
     """Hold `crawl_dir` for this run; CrawlLocked at once if another run holds it."""
     crawl_dir.mkdir(parents=True, exist_ok=True)
+    key = crawl_dir.resolve()
+    held = _held.get()
+    if key in held:
+        yield
+        return
+    with _flock(crawl_dir):
+        token = _held.set(held | {key})
+        try:
+            yield
+        finally:
+            _held.reset(token)
+
+
+@contextmanager
+def _flock(crawl_dir: Path) -> Iterator[None]:
     fd = os.open(crawl_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:

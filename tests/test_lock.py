@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -58,9 +59,28 @@ def test_a_killed_run_leaves_the_directory_to_the_next(tmp_path):
         pass
 
 
-def test_one_process_cannot_hold_a_directory_twice(tmp_path):
-    """A flow retried in the process of its first run is a second run as well."""
-    with crawl_lock(tmp_path), pytest.raises(CrawlLocked), crawl_lock(tmp_path):
+def test_another_thread_of_the_process_is_another_run(tmp_path):
+    """A flow run in the process of a first run that still holds the directory is a second
+    run; the first run's own callees (the flow `crawlflow crawl` runs) hold it on."""
+    outcome: list[BaseException | None] = []
+
+    def second_run() -> None:
+        try:
+            with crawl_lock(tmp_path):
+                outcome.append(None)
+        except CrawlLocked as exc:
+            outcome.append(exc)
+
+    with crawl_lock(tmp_path):
+        with crawl_lock(tmp_path):  # the command's flow, in the command's context
+            pass
+        thread = threading.Thread(target=second_run)
+        thread.start()
+        thread.join()
+        with crawl_lock(tmp_path):  # still held by this context after the inner one ended
+            pass
+    assert isinstance(outcome[0], CrawlLocked)
+    with crawl_lock(tmp_path):  # released at the end
         pass
 
 
