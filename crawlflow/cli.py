@@ -151,6 +151,11 @@ def crawl(
         # once; the flow holds it on in this process (storage/lock.py).
         with crawl_lock(out / crawl_id):
             summary = run_crawl(request)
+    except _crawl_failed() as exc:
+        raise type(exc)(
+            f"{exc}; what was committed is kept: run again with --crawl-id {crawl_id} "
+            f"(and --out {out}) to resume"
+        ) from None
     except KeyboardInterrupt:
         raise CrawlInterrupted(
             f"interrupted; what was committed is kept: run again with --crawl-id "

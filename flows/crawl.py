@@ -16,7 +16,7 @@ from storage.manifest import new_crawl_id
 from tasks.allocate import allocate_nodes
 from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
-from tasks.launch import close_nodes, launch_nodes
+from tasks.launch import close_nodes, launch_nodes, require_committed
 from tasks.recrawl import plan_recrawl
 from tasks.report import report_crawl
 from tasks.resume import read_checkpoint
@@ -63,7 +63,8 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         try:
             usage = drive_crawl(fleet, start, checkpoint, depths)
         finally:
-            close_nodes(fleet)
+            statuses = close_nodes(fleet)
+        require_committed(statuses)
         collect_output(out_dir, crawl_id)
         # Nodes used (planned, added, lost) beside the crawl's own summary.
         return {**report_crawl(out_dir, crawl_id), "nodes": usage}

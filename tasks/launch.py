@@ -8,6 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from crawler.cluster.coordinator import CrawlFailed
 from crawler.node import NodeStatus
 from runtime.backends import start_fleet
 from runtime.fleet import Fleet, FleetPlan
@@ -28,3 +29,10 @@ def launch_nodes(plan: FleetPlan) -> Fleet:
 def close_nodes(fleet: Fleet) -> list[NodeStatus]:
     """Flush every node's files and stop its actor; runs even when the crawl failed."""
     return fleet.stop()
+
+
+def require_committed(statuses: list[NodeStatus]) -> None:
+    """Fail the crawl if a node could not commit its last rows (its disk refused them)."""
+    for status in statuses:
+        if status.failure is not None:
+            raise CrawlFailed(f"crawler node {status.node_id} failed: {status.failure}")

@@ -23,7 +23,8 @@ def answered(ledger: FailureLedger, url: str, status: int | None, seconds: float
     ("status", "error", "failure"),
     [(200, None, False), (404, None, False), (429, None, True), (503, None, True),
      (500, None, True), (None, TIMEOUT, True),
-     (None, FetchError(ErrorClass.BODY_TOO_LARGE), False)],
+     (None, FetchError(ErrorClass.BODY_TOO_LARGE), False),
+     (200, FetchError(ErrorClass.FETCH_TIMEOUT), True)],  # headers, then a drip
 )  # fmt: skip
 def test_what_counts_against_a_server(status, error, failure):
     assert is_failure(status, error) is failure

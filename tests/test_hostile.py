@@ -7,6 +7,7 @@ same scenarios one by one with the default size limits and measures memory.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -26,6 +27,8 @@ from runtime.backends import start_fleet
 from runtime.fleet import single_node
 from runtime.trial import analyse, trial_crawl
 from storage.views import connect
+from storage.writer import CommitGroupWriter
+from tasks.launch import require_committed
 from websim import WebSim, WebSpec
 from websim.hostile import ARCHIVE, DOC_PAGES, SCENARIOS, mixed
 
@@ -321,6 +324,30 @@ def test_a_bug_outside_a_fetch_fails_the_crawl_and_keeps_its_output(
         url for (url,) in connect(tmp_path / "bug").execute("SELECT url FROM fetches").fetchall()
     }
     assert seed in fetched
+
+
+def test_a_disk_that_takes_nothing_stops_the_node_with_one_line(hostile_web, tmp_path, monkeypatch):
+    """Every flush fails (a full disk): the node stops once its output refuses rows, and the
+    crawl fails saying what the disk said, not as a bug of some URL."""
+
+    def full_disk(self, batch):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(CommitGroupWriter, "_commit", full_disk)
+    seed = hostile_web.hostile_url("slow_failures")  # several seconds: several flushes
+    fleet = start_fleet(single_node("full", str(tmp_path), FAST, [host_key(seed)]), "inprocess")
+    coordinator = fleet.coordinator()
+    coordinator.seed([seed])
+    try:
+        with pytest.raises(CrawlFailed) as failed:
+            coordinator.run(poll_s=0.02, max_s=60)
+    finally:
+        statuses = fleet.stop()  # its last flush fails too: said in its status, not raised
+    message = str(failed.value)
+    assert "refuses rows" in message and "No space left on device" in message, message
+    assert "\n" not in message and "internal_error" not in message
+    with pytest.raises(CrawlFailed, match="No space left on device"):
+        require_committed(statuses)
 
 
 def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
 from crawler.scope.urls import host_key
+from storage.writer import OutputFailed
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +186,10 @@ class CrawlerNode:
         def run() -> None:
             try:
                 target()
+            except OutputFailed as exc:
+                # A disk that takes nothing: said as the disk said it, not as a bug.
+                logger.error("%s stopped: %s", name, exc)
+                core.record_failure(str(exc)[:300])
             except Exception as exc:
                 logger.exception("%s died", name)
                 core.record_failure(f"{name}: {type(exc).__name__}: {exc}"[:300])
@@ -217,7 +222,12 @@ class CrawlerNode:
         """Stop the workers after their current fetch, flush every file, close connections."""
         self._stop_threads()
         self._link.stop()
-        self._metrics.close()
-        self.recorder.flush()
+        try:
+            self._metrics.close()
+            self.recorder.flush()
+        except (OSError, OutputFailed) as exc:
+            # The disk: said in the status (the flow fails the crawl with it); what was
+            # committed before stays, and a resume fetches the rest again.
+            self.core.record_failure(f"its last rows could not be committed: {exc}"[:300])
         self.core.close_sessions()
         return self.status()

@@ -25,13 +25,14 @@ from crawler.node.handover import Handover
 from crawler.node.outcome import outcome_of
 from crawler.node.recorder import Recorder
 from crawler.ratecontrol import make_in_flight_limit
-from crawler.scheduling.failures import is_failure
+from crawler.scheduling.failures import is_failure, is_slow
 from crawler.scheduling.server import ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.addresses import AddressGuard, AddressRefused
 from crawler.scope.traps import content_shape, url_family
 from crawler.scope.urls import server_of
 from errors import DEADLINE, ErrorClass, FetchError, family_errors
+from storage.writer import OutputFailed
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class FetchLoop:
                 return
             try:
                 keep_connection = self.attempt(server, session, task)
+            except OutputFailed:
+                raise  # the disk, not the URL: the node stops (crawler/node/control.py)
             except Exception as exc:
                 # A bug that some server's answer (or robots.txt, or an earlier crawl's history
                 # of the URL) sets off must cost that URL, not the worker thread: a dead worker
@@ -393,7 +396,10 @@ class FetchLoop:
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
             if result.network_rtt_s is not None:
                 controller.on_network_rtt(result.network_rtt_s)
-            controller.on_response(now, rtt_s, result.status, None if own else retry_after)
+            # An answer cut off (a hang, a drip, a reset) is no page to the controller: its
+            # time is the failure's, not a measure of how fast the server serves.
+            status = None if is_slow(result.error) else result.status
+            controller.on_response(now, rtt_s, status, None if own else retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.server_answered(server.host)
         return Answer(result, retry_after, asked, own, spent)

@@ -44,12 +44,17 @@ ANSWERED_SHARE = 0.1
 SPENT_TIME_SHARE = 0.25
 
 
-def is_failure(status: int | None, error: FetchError | None) -> bool:
-    """Pushback (429/503), a server error (5xx) or a slow failure: what counts against a
-    server. A 404 is an answer, not a failure of the server."""
-    if status is not None:
-        return status in PUSHBACK_STATUSES or status >= 500
+def is_slow(error: FetchError | None) -> bool:
+    """No complete answer: whatever status came before, the time went to a failure."""
     return error is not None and error.kind in SLOW_ERRORS
+
+
+def is_failure(status: int | None, error: FetchError | None) -> bool:
+    """A slow failure, pushback (429/503) or a server error (5xx): what counts against a
+    server. A 404 is an answer, not a failure of the server."""
+    if is_slow(error):
+        return True
+    return status is not None and (status in PUSHBACK_STATUSES or status >= 500)
 
 
 @dataclass
@@ -84,7 +89,7 @@ class FailureLedger:
             self.answered_s += seconds
             self.slow.pop(url, None)
             return False
-        if error is not None and error.kind in SLOW_ERRORS:
+        if is_slow(error):
             self.slow[url] = self.slow.get(url, 0) + 1
         spent_before = self.spent(budget_s)
         self.failure_s += seconds
