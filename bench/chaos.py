@@ -15,7 +15,11 @@ calendar with session ids, 100,000 dead links, a trap deep inside its documentat
 redirect loop, an out-of-scope redirect, a 1 GB body and a gzip bomb; next to a server whose
 robots.txt answers 500) is crawled with DEFAULT settings by `crawlflow crawl` (Prefect flow,
 Ray nodes), and checked: finished in under 5 minutes, at most 500 requests in any trap, every
-good page requested exactly once, every URL fetched or recorded with a reason.
+good page requested exactly once, every URL fetched or recorded with a reason. So are the two
+servers of issue 29's class, each on its own: `slow_failures` (20 articles beside URLs that
+hang, drip, reset, answer 429 with a Retry-After of a year, or 503 always) and `fresh_trap`
+(a chain of 30 pages beside paths that grow ever deeper with fresh words; goal: at most 500
+requests outside the chain).
 
     .venv/bin/python -m bench.chaos [--scenarios drip gzip_bomb ...] [--parallel 4] [--json PATH]
 
@@ -66,7 +70,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
     },
 }
 ALL = "everything_at_once"
-DEFAULTS_CLI = "hostile_site_defaults"  # the hostile site by `crawlflow crawl`, default settings
+DEFAULTS_CLI = "defaults"  # DEFAULT_RUNS by `crawlflow crawl`, default settings
 RUN_TIMEOUT_S = 300.0
 CLI_GOAL_S = 300.0
 TRAP_GOAL_REQUESTS = 500
@@ -140,75 +144,104 @@ def _cell(report: CrawlReport) -> list[str]:
     ]
 
 
-def crawl_with_cli(seeds: list[str], out_root: Path) -> tuple[Path, float, int]:
+def crawl_with_cli(seeds: list[str], out_root: Path, crawl_id: str) -> tuple[Path, float, int]:
     """`crawlflow crawl SEEDS --allow-private` with default settings, in a process of its own
     (an ephemeral Prefect API, a local Ray); returns the crawl directory, the seconds the
     command took, and its exit code."""
     command = [sys.executable, "-m", "crawlflow", "crawl", *seeds, "--allow-private"]
-    command += ["--out", str(out_root), "--crawl-id", "hostile-site"]
+    command += ["--out", str(out_root), "--crawl-id", crawl_id]
     started = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, timeout=2 * CLI_GOAL_S, check=False)
         code = done.returncode
     except subprocess.TimeoutExpired:
         code = -1
-    return out_root / "hostile-site", time.monotonic() - started, code
+    return out_root / crawl_id, time.monotonic() - started, code
 
 
-def hostile_site_with_defaults(sim: WebSim) -> dict[str, Any]:
-    """The hostile site of issue 13 through the real command with default settings."""
-    site, robots = sim.hostile_host("hostile_site"), sim.hostile_host("robots_500")
-    seeds = [sim.hostile_url("hostile_site"), sim.hostile_url("robots_500")]
-    expected = sim.hostile_expected("hostile_site")
+# The hostile servers crawled by the real command with default settings: each with the
+# URL families that hold its good pages (the others are its traps and failures), and the
+# servers crawled beside it.
+DEFAULT_RUNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "hostile_site": (("/", "/docs/", "/blog/", "/blog/*/*/"), ("robots_500",)),
+    "slow_failures": (("/articles/",), ()),
+    "fresh_trap": (("/guide/",), ()),
+}
+
+
+def with_defaults(sim: WebSim, scenario: str) -> dict[str, Any]:
+    """A hostile server (and its companions) through the real command with default
+    settings."""
+    good_families, companions = DEFAULT_RUNS[scenario]
+    site = sim.hostile_host(scenario)
+    seeds = [sim.hostile_url(name) for name in (scenario, *companions)]
+    expected = sim.hostile_expected(scenario)
     out_root = Path(tempfile.mkdtemp(prefix="chaos-cli-"))
     sim.request_log(clear=True)
     try:
-        crawl_dir, seconds, code = crawl_with_cli(seeds, out_root)
+        crawl_dir, seconds, code = crawl_with_cli(seeds, out_root, scenario.replace("_", "-"))
         log = sim.request_log()
         result = analyse(crawl_dir, seeds, expected) if code == 0 else None
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     counts = Counter(e["path"] for e in log if e["host"] == site)
     good = ["/" + url.split("/", 3)[3] for url in expected]
+    families = families_requested(log, {site})
+    traps = {f: n for f, n in families.items() if f not in good_families}
+    companion_hosts = {sim.hostile_host(name) for name in companions}
     return {
         "exit_code": code,
         "seconds": round(seconds, 1),
         "requests": sum(counts.values()),
-        "families": families_requested(log, {site}),
+        "families": families,
+        "most_in_one_trap": max(traps.values(), default=0),
+        "outside_good_families": sum(traps.values()),
         "good_pages": len(good),
         "good_pages_once": sum(1 for path in good if counts[path] == 1),
         "lost": None if result is None else result["lost"],
         "duplicates": None if result is None else result["duplicates"],
         "outcome": None if result is None else result["outcome"],
-        "robots_500_requests": sum(
-            1 for e in log if e["host"] == robots and e["path"] != "/robots.txt"
+        "companion_requests": sum(
+            1 for e in log if e["host"] in companion_hosts and e["path"] != "/robots.txt"
         ),
         "offsite_requests": sum(1 for e in log if e["path"] == "/from-hostile-redirect"),
     }
 
 
-def print_hostile_site(result: dict[str, Any]) -> None:
-    traps = {f: n for f, n in result["families"].items() if f not in ("/", "/docs/", "/blog/")}
-    worst = max(traps.values(), default=0)
+def print_defaults(results: dict[str, dict[str, Any]]) -> None:
     print(
-        f"\n{DEFAULTS_CLI}: `crawlflow crawl` with default settings (Prefect + Ray), "
-        f"exit code {result['exit_code']}"
+        f"\n{DEFAULTS_CLI}: `crawlflow crawl` with default settings (Prefect + Ray); goals: "
+        f"under {CLI_GOAL_S:.0f} s, every good page once, at most {TRAP_GOAL_REQUESTS} requests "
+        "in any trap family (hostile_site) or outside the good pages' families (fresh_trap)"
     )
-    print(f"  finished in {result['seconds']} s (goal < {CLI_GOAL_S:.0f} s, start-up included)")
-    print(f"  requests to the site: {result['requests']}; per URL family: {result['families']}")
-    print(f"  most requests in one trap family: {worst} (goal <= {TRAP_GOAL_REQUESTS})")
-    print(
-        f"  good pages requested exactly once: {result['good_pages_once']}/{result['good_pages']}"
-    )
-    lost = result["lost"]
-    print(
-        f"  URLs neither fetched nor recorded with a reason: {'?' if lost is None else len(lost)}"
-        f"; duplicates: {result['duplicates']}; rows by outcome: {result['outcome']}"
-    )
-    print(
-        f"  requests past robots.txt to the robots-500 server: {result['robots_500_requests']}; "
-        f"to the out-of-scope redirect target: {result['offsite_requests']}"
-    )
+    header = ["server", "exit", "s", "good once", "requests", "top trap", "outside good"]
+    header += ["lost", "dup"]
+    rows = []
+    for name, r in results.items():
+        lost = r["lost"]
+        rows.append(
+            [
+                name,
+                str(r["exit_code"]),
+                f"{r['seconds']:.0f}",
+                f"{r['good_pages_once']}/{r['good_pages']}",
+                str(r["requests"]),
+                str(r["most_in_one_trap"]),
+                str(r["outside_good_families"]),
+                "?" if lost is None else str(len(lost)),
+                str(r["duplicates"]),
+            ]
+        )
+    harness.print_table(None, header, rows, text_columns=(0,))
+    for name, r in results.items():
+        print(f"  {name}: requests per URL family {r['families']}; rows by outcome {r['outcome']}")
+    if "hostile_site" in results:
+        r = results["hostile_site"]
+        print(
+            f"  hostile_site: requests past robots.txt to the robots-500 server: "
+            f"{r['companion_requests']}; to the out-of-scope redirect target: "
+            f"{r['offsite_requests']}"
+        )
 
 
 def main() -> None:
@@ -224,7 +257,7 @@ def main() -> None:
         hostile=tuple(SCENARIOS),
     )  # fmt: skip
     reports: dict[str, CrawlReport] = {}
-    hostile_site: dict[str, Any] | None = None
+    defaults: dict[str, dict[str, Any]] = {}
     offsite: list[dict] = []
     with WebSim(spec) as sim:
         runs = {}
@@ -261,7 +294,9 @@ def main() -> None:
                 if ALL not in batch:
                     offsite = [e for e in log if e["path"] == "/from-hostile-redirect"]
         if DEFAULTS_CLI in names:
-            hostile_site = hostile_site_with_defaults(sim)
+            for scenario in DEFAULT_RUNS:
+                defaults[scenario] = with_defaults(sim, scenario)
+                print(f"{scenario} with defaults: {defaults[scenario]['seconds']} s", flush=True)
 
     header = ["scenario", "outcome", "pages", "lost", "dup", "requests", "top family", "crash"]
     header += ["peak MB", "s"]
@@ -269,11 +304,11 @@ def main() -> None:
     harness.print_table(None, header, rows, text_columns=(0, 1, 6))
     print(f"requests to the out-of-scope redirect target (one-scenario runs): {len(offsite)}")
     print(f"settings: {CHAOS_SETTINGS}, the rest defaults")
-    if hostile_site is not None:
-        print_hostile_site(hostile_site)
+    if defaults:
+        print_defaults(defaults)
     results: dict[str, Any] = {n: asdict(r) for n, r in reports.items()}
-    if hostile_site is not None:
-        results[DEFAULTS_CLI] = hostile_site
+    if defaults:
+        results[DEFAULTS_CLI] = defaults
     run.write_json(results)
 
 

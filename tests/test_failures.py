@@ -52,11 +52,11 @@ def test_slow_failures_get_half_the_time_each_and_the_budget_ends_them():
     ledger = FailureLedger()
     assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 60.0
     assert not answered(ledger, "/hang", None, 40.0)
-    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 30.0
-    assert not answered(ledger, "/hang", None, 30.0)
-    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 15.0
+    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 20.0
+    assert not answered(ledger, "/hang", None, 20.0)
+    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 10.0
     assert ledger.time_limit("/new", 60.0, BUDGET_S) == 60.0
-    assert answered(ledger, "/drip", None, 30.0)  # 100 s of failures: the budget is spent
+    assert answered(ledger, "/drip", None, 40.0)  # 100 s of failures: the budget is spent
     assert not answered(ledger, "/drip", None, 30.0)  # spent once, reported once
     assert ledger.time_limit("/new", 60.0, BUDGET_S) == 15.0  # a quarter for new URLs
     assert "100 s" in ledger.budget_reason(BUDGET_S)

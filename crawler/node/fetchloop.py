@@ -180,7 +180,7 @@ class FetchLoop:
                 server.retry_later(
                     UrlTask(task.url, task.depth, task.attempt + 1),
                     time.monotonic() + outcome.retry_in,
-                    late=answer.own_failure,
+                    late=answer.own_failure or is_slow(result.error),
                 )
             self._after_failure(server, answer)
             return False
@@ -396,10 +396,11 @@ class FetchLoop:
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
             if result.network_rtt_s is not None:
                 controller.on_network_rtt(result.network_rtt_s)
-            # An answer cut off (a hang, a drip, a reset) is no page to the controller: its
-            # time is the failure's, not a measure of how fast the server serves.
-            status = None if is_slow(result.error) else result.status
-            controller.on_response(now, rtt_s, status, None if own else retry_after)
+            if not own:  # a URL's own failure says nothing of the server's pace
+                # An answer cut off (a hang, a drip, a reset) is no page to the controller:
+                # its time is the failure's, not a measure of how fast the server serves.
+                status = None if is_slow(result.error) else result.status
+                controller.on_response(now, rtt_s, status, retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.server_answered(server.host)
         return Answer(result, retry_after, asked, own, spent)

@@ -4,8 +4,9 @@ its failures cost is kept, so that a slow failure costs its own URL and not the 
 A 429 or 503 on a server whose other URLs are answered at once is that URL's problem (a page
 that is rate-limited or broken on its own), not the server asking to be left alone; a timeout
 on a server whose other URLs are fast is that URL hanging. The node then leaves the server's
-pace as it is, puts the URL's retry behind the server's other URLs, and gives each retry of a
-slow URL half the time of the one before. When every URL fails alike, the failure is the
+pace as it is (the rate controller does not hear of it) and puts the URL's retry behind the
+server's new URLs. The retry of any slow failure (a timeout, a reset) waits behind them too,
+and gets half the time its last try took. When every URL fails alike, the failure is the
 server's, and the usual pause (Retry-After, backoff) holds the whole server: a server that
 answers 429 to everything is left alone as long as it asks (up to `retry_after_max_s`).
 
@@ -64,7 +65,8 @@ class FailureLedger:
     recent: deque[tuple[str, bool]] = field(default_factory=lambda: deque(maxlen=8))
     failure_s: float = 0.0  # seconds its failed requests took, in all
     answered_s: float = 0.0  # seconds its other requests took
-    slow: dict[str, int] = field(default_factory=dict)  # slow failures per URL, URLs failing now
+    # Of each URL failing slowly now, the seconds its last failure took.
+    slow: dict[str, float] = field(default_factory=dict)
 
     def about_url(self, url: str) -> bool:
         """Whether a failure of `url` now would be its own: of the server's last answers to
@@ -90,7 +92,7 @@ class FailureLedger:
             self.slow.pop(url, None)
             return False
         if is_slow(error):
-            self.slow[url] = self.slow.get(url, 0) + 1
+            self.slow[url] = seconds
         spent_before = self.spent(budget_s)
         self.failure_s += seconds
         return self.spent(budget_s) and not spent_before
@@ -99,9 +101,10 @@ class FailureLedger:
         return self.failure_s >= budget_s + ANSWERED_SHARE * self.answered_s
 
     def time_limit(self, url: str, fetch_timeout_s: float, budget_s: float) -> float:
-        """The fetch time limit for the next try of `url`: halved for each slow failure it
-        had, and a quarter for a new URL once the budget is spent."""
-        limit = fetch_timeout_s / 2 ** self.slow.get(url, 0)
+        """The fetch time limit for the next try of `url`: half what its last slow failure
+        took, and a quarter of the fetch time limit for any URL once the budget is spent."""
+        last = self.slow.get(url)
+        limit = fetch_timeout_s if last is None else min(fetch_timeout_s, last / 2)
         if self.spent(budget_s):
             limit = min(limit, fetch_timeout_s * SPENT_TIME_SHARE)
         return limit
