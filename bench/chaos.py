@@ -234,7 +234,8 @@ def print_defaults(results: dict[str, dict[str, Any]]) -> None:
         )
     harness.print_table(None, header, rows, text_columns=(0,))
     for name, r in results.items():
-        print(f"  {name}: requests per URL family {r['families']}; rows by outcome {r['outcome']}")
+        top = dict(list(r["families"].items())[:8])
+        print(f"  {name}: requests per URL family (top 8) {top}; rows by outcome {r['outcome']}")
     if "hostile_site" in results:
         r = results["hostile_site"]
         print(
