@@ -1,0 +1,68 @@
+"""A page's main text (boilerplate removed), its language and its 64-bit simhash.
+
+The main text comes from resiliparse's `extract_plain_text` with its main-content heuristics
+(lexbor's HTML parser, in C); the language from resiliparse's `detect_fast`. The comparison with
+trafilatura that chose it is in bench/results/text_extraction/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+from resiliparse.parse.lang import detect_fast
+
+# Ranks above this are "usually false results" (resiliparse's documentation).
+_LANGUAGE_RANK_CUTOFF = 1200
+# Shorter texts say too little of their language to name one.
+_MIN_LANGUAGE_CHARS = 20
+_WORDS = re.compile(r"\w+")
+# Features of the simhash: runs of this many words, so that one changed sentence changes only
+# the features it touches.
+SHINGLE_WORDS = 3
+
+
+@dataclass(frozen=True)
+class MainText:
+    text: str
+    languages: str | None  # ISO 639-1, as resiliparse names them
+    simhash: int | None  # 64 bits as a signed integer (Parquet int64); None for no words
+
+
+def main_text(html: str) -> MainText:
+    """The main text of a decoded HTML page, its language and its simhash."""
+    tree = HTMLTree.parse(html)
+    text = extract_plain_text(tree, main_content=True, alt_texts=False)
+    if not text.strip():
+        # A page that is all "boilerplate" to the heuristics (a hub, a short list): its
+        # visible text, rather than nothing.
+        text = extract_plain_text(tree, alt_texts=False)
+    return MainText(text, language(text), simhash(text))
+
+
+def language(text: str) -> str | None:
+    if len(text) < _MIN_LANGUAGE_CHARS:
+        return None
+    code, rank = detect_fast(text)
+    return None if code == "unknown" or rank > _LANGUAGE_RANK_CUTOFF else code
+
+
+def simhash(text: str) -> int | None:
+    """Charikar's simhash of the word shingles of `text` (lower case), over 64-bit BLAKE2b
+    hashes: texts that share most shingles differ in few bits. None for a text of no words."""
+    words = _WORDS.findall(text.lower())
+    if not words:
+        return None
+    size = min(SHINGLE_WORDS, len(words))
+    shingles = {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
+    digests = b"".join(
+        hashlib.blake2b(shingle.encode(), digest_size=8).digest() for shingle in shingles
+    )
+    bits = np.unpackbits(np.frombuffer(digests, dtype=np.uint8)).reshape(len(shingles), 64)
+    majority = bits.sum(axis=0, dtype=np.int64) * 2 > len(shingles)
+    value = int.from_bytes(np.packbits(majority).tobytes(), "big")
+    return value - (1 << 64) if value >= 1 << 63 else value
