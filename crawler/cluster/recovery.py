@@ -73,15 +73,15 @@ class OutputRecovery:
             done, attempts = fold_fetch_rows(
                 con.execute(
                     "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
-                    f"WHERE list_contains(?, url_host_name) AND {NOT_LEFT_AT_DEADLINE}",
+                    f"WHERE list_contains(?, url_server) AND {NOT_LEFT_AT_DEADLINE}",
                     [fetch_files, hosts],
                 ).fetchall()
             )
             # URLs admitted on its servers (their limit counts), and by it (its page budget).
             owned = set(hosts)
             for url, host, fetched_by in con.execute(
-                f"SELECT DISTINCT url, url_host_name, node_id FROM read_parquet(?) "
-                f"WHERE {ADMITTED_SQL} AND (list_contains(?, url_host_name) OR node_id = ?)",
+                f"SELECT DISTINCT url, url_server, node_id FROM read_parquet(?) "
+                f"WHERE {ADMITTED_SQL} AND (list_contains(?, url_server) OR node_id = ?)",
                 [fetch_files, hosts, node_id],
             ).fetchall():
                 if host in owned:
