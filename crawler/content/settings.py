@@ -52,8 +52,7 @@ class ExtractSettings(Section):
         "of field names to values",
     )
     function_timeout_s: float = Field(
-        1.0, gt=0, description="time the function may take per page; past it, that page's "
-        "fields are an error"
+        1.0, gt=0, description="seconds the function may take per page (past them: an error)"
     )
     max_value_chars: int = Field(
         100_000, ge=1, description="a field's value is cut to this many characters"
