@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from resiliparse.extract.html2text import extract_plain_text
@@ -51,18 +52,41 @@ def language(text: str) -> str | None:
     return None if code == "unknown" or rank > _LANGUAGE_RANK_CUTOFF else code
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_hash(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+
+
+# Odd multipliers that place the words of a shingle differently, and splitmix64's finalizer
+# constants, which spread every input bit over the output.
+_POSITION = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xC2B2AE3D27D4EB4F),
+    np.uint64(0x165667B19E3779F9),
+)
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
 def simhash(text: str) -> int | None:
-    """Charikar's simhash of the word shingles of `text` (lower case), over 64-bit BLAKE2b
-    hashes: texts that share most shingles differ in few bits. None for a text of no words."""
+    """Charikar's simhash of the word shingles of `text` (lower case): texts that share most
+    shingles differ in few bits. Each word is hashed once (64-bit BLAKE2b), a shingle's hash
+    combines its words' (in numpy), so a long page costs little. None for a text of no words."""
     words = _WORDS.findall(text.lower())
     if not words:
         return None
+    hashes = np.fromiter(map(_word_hash, words), dtype=np.uint64, count=len(words))
     size = min(SHINGLE_WORDS, len(words))
-    shingles = {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
-    digests = b"".join(
-        hashlib.blake2b(shingle.encode(), digest_size=8).digest() for shingle in shingles
-    )
-    bits = np.unpackbits(np.frombuffer(digests, dtype=np.uint8)).reshape(len(shingles), 64)
+    count = len(words) - size + 1
+    shingles = np.zeros(count, dtype=np.uint64)
+    for position in range(size):
+        shingles ^= hashes[position : position + count] * _POSITION[position]
+    shingles ^= shingles >> np.uint64(30)
+    shingles *= _MIX[0]
+    shingles ^= shingles >> np.uint64(27)
+    shingles *= _MIX[1]
+    shingles ^= shingles >> np.uint64(31)
+    shingles = np.unique(shingles)
+    bits = np.unpackbits(shingles.astype(">u8").view(np.uint8)).reshape(len(shingles), 64)
     majority = bits.sum(axis=0, dtype=np.int64) * 2 > len(shingles)
     value = int.from_bytes(np.packbits(majority).tobytes(), "big")
     return value - (1 << 64) if value >= 1 << 63 else value
