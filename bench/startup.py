@@ -236,6 +236,8 @@ def run_command(
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # The command's own checkout: Ray's workers put the working directory on their path.
+        cwd=crawlflow.resolve().parents[2],
     )
     assert process.stdout is not None
     stdout = process.stdout
