@@ -128,26 +128,26 @@ GOALS = {
 # Per host: answers (HTTP responses to page requests; robots.txt is exempt from the limits),
 # 429/503 among them, and the time from its first to its last page request.
 HOSTS_SQL = """
-SELECT url_host_name AS host,
+SELECT url_server AS host,
        count(*) AS answers,
        count(*) FILTER (WHERE fetch_status IN (429, 503)) AS bans,
        epoch(max(fetch_time) - min(fetch_time)) AS span_s
 FROM fetches
 WHERE fetch_status IS NOT NULL AND url_path <> '/robots.txt'
-GROUP BY url_host_name
+GROUP BY url_server
 """
 # Per degrading host: page answers, their RTT as the crawler measured it (less the TCP handshake
 # of a request that opened its connection: one more round trip, not the server's), and the
 # busy span.
 DEGRADING_SQL = """
-SELECT url_host_name AS host,
+SELECT url_server AS host,
        count(*) AS answers,
        quantile_cont(rtt_ms - coalesce(connect_ms, 0), 0.5) AS median_ms,
        quantile_cont(rtt_ms - coalesce(connect_ms, 0), 0.95) AS p95_ms,
        epoch(max(fetch_time) - min(fetch_time)) AS span_s
 FROM fetches
 WHERE fetch_status IS NOT NULL AND url_path <> '/robots.txt' AND rtt_ms IS NOT NULL
-GROUP BY url_host_name
+GROUP BY url_server
 """
 TOTALS_SQL = """
 SELECT count(*) FILTER (WHERE fetch_status IS NOT NULL),
@@ -159,7 +159,7 @@ FROM fetches
 
 @dataclass(frozen=True)
 class HostTruth:
-    host: str  # host:port, as url_host_name
+    host: str  # host:port, as url_server
     limit_rps: float
     latency_ms: float  # median
     pages: int  # reachable allowed URLs: the requests a complete polite crawl must make
@@ -178,7 +178,7 @@ def host_truth(sim: WebSim, expected: set[str]) -> list[HostTruth]:
 
 @dataclass(frozen=True)
 class DegradingTruth:
-    host: str  # host:port, as url_host_name
+    host: str  # host:port, as url_server
     pages: int  # reachable allowed URLs
     capacity_rps: float
     unloaded_ms: float  # median response time at no load

@@ -215,20 +215,29 @@ def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run) -> None:
         time.sleep(SAMPLE_S)
 
 
-def run_command(roots: list[str], prefect_home: Path, out_dir: Path) -> Run:
+def run_command(
+    roots: list[str],
+    prefect_home: Path,
+    out_dir: Path,
+    crawlflow: Path = CRAWLFLOW,
+    options: tuple[str, ...] = (),
+) -> Run:
     """One `crawlflow crawl` from launch to exit, its output lines stamped on arrival, and the
-    CPU time of its process tree once all of it has exited."""
+    CPU time of its process tree once all of it has exited. `crawlflow`: the command (another
+    checkout's, to compare); `options`: added to its command line."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)  # the default: a temporary server for this command
     run = Run()
     launched = time.monotonic()
     run.markers["launch"] = 0.0
     process = subprocess.Popen(
-        [str(CRAWLFLOW), "crawl", *roots, "--allow-private", "--out", str(out_dir)],
+        [str(crawlflow), "crawl", *roots, "--allow-private", "--out", str(out_dir), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # The command's own checkout: Ray's workers put the working directory on their path.
+        cwd=crawlflow.resolve().parents[2],
     )
     assert process.stdout is not None
     stdout = process.stdout

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
+from crawler.content.settings import ContentSettings, ExtractSettings
 from crawler.fetching.politeness import RetrySettings
 from crawler.fetching.settings import FetchSettings
 from crawler.ratecontrol import LAW_SETTINGS, RateControlSettings
@@ -95,6 +96,13 @@ class CrawlConfig(Section):
     )
     plan: PlanSettings = Field(
         default_factory=PlanSettings, description="what the allocation plan assumes"
+    )
+    content: ContentSettings = Field(
+        default_factory=ContentSettings,
+        description="main text, language and robots directives of pages",
+    )
+    extract: ExtractSettings = Field(
+        default_factory=ExtractSettings, description="fields of your own, per page"
     )
 
     @model_validator(mode="before")

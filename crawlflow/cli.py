@@ -1,4 +1,4 @@
-"""The `crawlflow` command: crawl, report, sql, warc-get, plan, websim, demo.
+"""The `crawlflow` command: crawl, report, sql, views, warc-get, plan, websim, demo.
 
 Every user mistake ends in one line on stderr and exit code 2; Prefect, Ray and the web
 simulator are imported only by the commands that need them, so `sql` and `report` start fast.
@@ -175,28 +175,53 @@ def report(directory: Annotated[Path, typer.Argument(help="A crawl's output dire
 @app.command()
 def sql(
     directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
-    query: Annotated[str, typer.Argument(help="SQL over the views fetches, pages, metrics.")],
+    query: Annotated[
+        str,
+        typer.Argument(help="SQL over the views fetches, pages, extracts, discovered, metrics."),
+    ],
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table (readable), csv, json (one object a line) or parquet (needs --output).",
+        ),
+    ] = "table",
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Write the result to FILE, not stdout.")
+    ] = None,
 ) -> None:
-    """Run a DuckDB query over the crawl output and print the result."""
+    """Run a DuckDB query over the crawl output and stream the result."""
     import duckdb
-    from rich.console import Console
-    from rich.table import Table
 
-    from storage.queries import run_sql
+    from crawlflow.sqlout import FORMATS, write_result
     from storage.views import connect
 
     if not query.strip():
         raise UserError("the SQL query is empty")
+    if output_format not in FORMATS:
+        raise UserError(f"--format {output_format}: not one of {', '.join(FORMATS)}")
+    if output_format == "parquet" and output is None:
+        raise UserError("--format parquet needs --output FILE")
     con = connect(directory)
     try:
-        columns, rows = run_sql(con, query)
+        rows = write_result(con, query, output_format, output)
     except duckdb.Error as exc:
         raise UserError(f"SQL error: {str(exc).splitlines()[0]}") from None
-    table = Table(*columns)
-    for row in rows:
-        table.add_row(*("NULL" if v is None else str(v) for v in row))
-    Console().print(table)
-    Console(stderr=True).print(f"{len(rows)} rows")
+    except OSError as exc:
+        raise UserError(f"--output {output}: {exc.strerror or exc}") from None
+    print(f"{rows} rows", file=sys.stderr)
+
+
+@app.command()
+def views(
+    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+) -> None:
+    """Print the CREATE VIEW statements of the views `sql` queries, for the DuckDB CLI or a
+    notebook: `crawlflow views DIR | duckdb`, or `duckdb -init views.sql`."""
+    from storage.views import view_statements
+
+    for statement in view_statements(directory):
+        print(statement)
 
 
 @app.command("warc-get")

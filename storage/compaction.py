@@ -146,10 +146,22 @@ def _merge(files: list[Path], schema: pa.Schema, destination: Path) -> None:
     ):
         for file in files:
             for batch in pq.ParquetFile(file).iter_batches():
-                pending.append(batch)
+                pending.append(_conformed(batch, schema))
                 size += batch.nbytes
                 if size >= ROW_GROUP_BYTES:
-                    writer.write_table(pa.Table.from_batches(pending).cast(schema))
+                    writer.write_table(pa.Table.from_batches(pending, schema=schema))
                     pending, size = [], 0
         if pending:
-            writer.write_table(pa.Table.from_batches(pending).cast(schema))
+            writer.write_table(pa.Table.from_batches(pending, schema=schema))
+
+
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with the columns of `schema`: a file written before a column was added (a crawl
+    resumed across an upgrade) gets it as nulls."""
+    columns = [
+        batch.column(field.name).cast(field.type)
+        if field.name in batch.schema.names
+        else pa.nulls(batch.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -60,7 +60,7 @@ WITH crawl AS (
     SELECT crawl_id FROM fetches GROUP BY crawl_id ORDER BY max(fetch_time) DESC LIMIT 1
 ),
 answers AS (
-    SELECT url_host_name AS host, fetch_status, fetch_time FROM fetches
+    SELECT url_server AS host, fetch_status, fetch_time FROM fetches
     WHERE crawl_id = (SELECT crawl_id FROM crawl)
       AND fetch_status IS NOT NULL AND url_path <> '/robots.txt'
 )
@@ -140,7 +140,7 @@ def plot_host_rates(
 ) -> Path:
     """Draw achieved rate per host over time (the `max_hosts` busiest hosts, one panel each)
     with the controller's target, the host's limit when `limits` gives it (requests/s, keyed
-    like `url_host_name`) and a marker on every window that drew a 429/503. Returns png_path."""
+    like `url_server`) and a marker on every window that drew a 429/503. Returns png_path."""
     series = sorted(host_rates(con).values(), key=lambda s: (-s.pages, s.host))[:max_hosts]
     columns = min(3, max(1, len(series)))
     rows = max(1, math.ceil(len(series) / columns))

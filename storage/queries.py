@@ -16,7 +16,7 @@ SELECT
     (SELECT count(DISTINCT url) FROM fetches WHERE fetch_status IS NOT NULL) AS urls_fetched,
     (SELECT count(*) FROM pages)                                           AS pages,
     (SELECT count(*) - count(DISTINCT (crawl_id, url)) FROM pages)         AS duplicate_pages,
-    (SELECT count(DISTINCT url_host_name) FROM fetches)                    AS hosts,
+    (SELECT count(DISTINCT url_server) FROM fetches)                       AS hosts,
     (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 200 AND 299)  AS status_2xx,
     (SELECT count(*) FROM fetches WHERE fetch_status BETWEEN 300 AND 399)  AS status_3xx,
     (SELECT count(*) FROM fetches WHERE fetch_status = 304 AND error IS NULL) AS not_modified,
@@ -42,7 +42,7 @@ SELECT
 
 PER_HOST_SQL = """
 SELECT
-    url_host_name AS host,
+    url_server AS host,
     count(*) FILTER (WHERE fetch_status BETWEEN 200 AND 299)       AS ok,
     count(*)                                                       AS fetches,
     count(*) FILTER (WHERE fetch_status IN (429, 503))             AS bans,
@@ -51,7 +51,7 @@ SELECT
     round(count(*) FILTER (WHERE fetch_status IS NOT NULL)
           / greatest(epoch(max(fetch_time) - min(fetch_time)), 1e-3), 2) AS fetches_per_s
 FROM fetches
-GROUP BY url_host_name
+GROUP BY url_server
 ORDER BY fetches DESC, host
 """
 
@@ -94,10 +94,16 @@ def previous_crawl_profile(out_root: Path, crawl_id: str) -> tuple[dict[str, int
     if not crawls:
         return None
     con = duckdb.connect()
+    files = parquet_files(crawls[-1] / "pages")
+    source = "read_parquet(?, union_by_name = true)"
+    columns = {
+        row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}", [files]).fetchall()
+    }
+    # The server as the plan keys it (host:port): url_server, or url_host_name in pages
+    # written before issue 31, when it held host:port.
+    server = "coalesce(url_server, url_host_name)" if "url_server" in columns else "url_host_name"
     rows = con.execute(
-        "SELECT url_host_name, count(*), avg(content_length) "
-        "FROM read_parquet(?) GROUP BY url_host_name",
-        [parquet_files(crawls[-1] / "pages")],
+        f"SELECT {server}, count(*), avg(content_length) FROM {source} GROUP BY 1", [files]
     ).fetchall()
     pages = {host: count for host, count, _ in rows}
     average_kb = sum(count * size for _, count, size in rows) / max(1, sum(pages.values())) / 1000

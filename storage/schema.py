@@ -1,8 +1,13 @@
 """Parquet schemas of the crawl output: the stable, documented column names.
 
-Column names follow Common Crawl's columnar URL index where it has the same thing
-(`url`, `url_host_name`, `url_path`, `fetch_time`, `fetch_status`, `fetch_redirect`,
-`content_mime_type`, `content_charset`, `content_length`, `content_digest`).
+Column names follow Common Crawl's columnar URL index (cc-index-table) where it has the same
+thing (`url`, `url_surtkey`, `url_host_name`, `url_host_tld`, `url_host_registered_domain`,
+`url_protocol`, `url_port`, `url_path`, `url_query`, `fetch_time`, `fetch_status`,
+`fetch_redirect`, `content_mime_type`, `content_mime_detected`, `content_charset`,
+`content_languages`, `content_truncated`, `content_length`, `content_digest`,
+`warc_filename`, `warc_record_offset`, `warc_record_length`, `warc_record_id`).
+`url_host_name` is the host without the port, as there; the server (`host[:port]`, what
+`url_host_name` held before) is `url_server`.
 """
 
 from __future__ import annotations
@@ -50,8 +55,23 @@ FETCHES = _schema(
         ("warc_filename", pa.string()),  # relative to the crawl directory
         ("warc_record_offset", pa.int64()),
         ("warc_record_length", pa.int64()),
+        # Added with issue 31: Common Crawl's index columns, and the server as the crawler
+        # keys it (host[:port], what url_host_name held before).
+        ("url_server", pa.string()),
+        ("url_surtkey", pa.string()),
+        ("url_host_registered_domain", pa.string()),  # null for an address or a bare name
+        ("url_host_tld", pa.string()),
+        ("url_protocol", pa.string()),
+        ("url_port", pa.int32()),  # null for the scheme's default port
+        ("url_query", pa.string()),
+        ("content_mime_detected", pa.string()),  # from the body's first bytes
+        ("content_languages", pa.string()),  # of a page's main text, ISO 639-1, comma-separated
+        ("content_truncated", pa.string()),  # length, time, disconnect: why the body is cut
+        ("warc_record_id", pa.string()),  # WARC-Record-ID of the response or revisit record
     ]
 )
+
+HREFLANG = pa.list_(pa.struct([("lang", pa.string()), ("url", pa.string())]))
 
 PAGES = _schema(
     [
@@ -66,6 +86,34 @@ PAGES = _schema(
         ("depth", pa.int32()),
         ("node_id", pa.string()),
         ("content", pa.large_string()),  # the body decoded as text
+        # Added with issue 31 (crawler/content/): what decoded the body, its main text, and
+        # what its head says.
+        ("url_server", pa.string()),
+        ("content_charset", pa.string()),  # the Encoding Standard's name of what decoded it
+        ("content_languages", pa.string()),
+        ("text", pa.large_string()),  # the main text, boilerplate removed
+        ("text_simhash", pa.int64()),  # 64-bit simhash of `text` (bits as a signed integer)
+        ("canonical", pa.string()),  # <link rel=canonical>, absolute
+        ("meta_description", pa.string()),
+        ("meta_robots", pa.string()),  # <meta name=robots> (and name=<our robot>), as written
+        ("x_robots_tag", pa.string()),  # the X-Robots-Tag header
+        ("noindex", pa.bool_()),  # either says noindex (or none)
+        ("nofollow", pa.bool_()),  # either says nofollow (or none)
+        ("hreflang", HREFLANG),  # <link rel=alternate hreflang>
+        ("meta_refresh", pa.string()),  # the URL a <meta http-equiv=refresh> sends to
+    ]
+)
+
+# The fields of [extract]: one row per page and field, its value or why there is none.
+EXTRACTS = _schema(
+    [
+        ("crawl_id", pa.string()),
+        ("url", pa.string()),
+        ("fetch_time", TIMESTAMP),
+        ("node_id", pa.string()),
+        ("field", pa.string()),
+        ("value", pa.large_string()),  # null when the field failed or matched nothing
+        ("error", pa.string()),  # why a field has no value: "timeout: ...", "ValueError: ..."
     ]
 )
 
@@ -113,9 +161,10 @@ DATASETS: dict[str, pa.Schema] = {
     "metrics": METRICS,
     "discovered": DISCOVERED,
     "allocation": ALLOCATION,
+    "extracts": EXTRACTS,
 }
 # Written in step by each node, in this order; the last one's file commits a batch.
-COMMITTED_DATASETS = ("discovered", "pages", "fetches")
+COMMITTED_DATASETS = ("discovered", "pages", "extracts", "fetches")
 
 
 # The rows a node writes, one type per dataset, key for key its schema's columns (checked by
@@ -144,6 +193,17 @@ class FetchRow(TypedDict):
     warc_filename: NotRequired[str]
     warc_record_offset: NotRequired[int]
     warc_record_length: NotRequired[int]
+    url_server: str
+    url_surtkey: str | None
+    url_host_registered_domain: str | None
+    url_host_tld: str | None
+    url_protocol: str | None
+    url_port: int | None
+    url_query: str | None
+    content_mime_detected: str | None
+    content_languages: str | None
+    content_truncated: str | None
+    warc_record_id: NotRequired[str]  # set with the other warc_ columns
 
 
 class PageRow(TypedDict):
@@ -157,7 +217,30 @@ class PageRow(TypedDict):
     outlink_count: int
     depth: int
     node_id: str
-    content: str
+    content: str | None  # None for a noindex page, when [content] honours it
+    url_server: str
+    content_charset: str
+    content_languages: str | None
+    text: str | None
+    text_simhash: int | None
+    canonical: str | None
+    meta_description: str | None
+    meta_robots: str | None
+    x_robots_tag: str | None
+    noindex: bool
+    nofollow: bool
+    hreflang: list[dict[str, str]]
+    meta_refresh: str | None
+
+
+class ExtractRow(TypedDict):
+    crawl_id: str
+    url: str
+    fetch_time: datetime
+    node_id: str
+    field: str
+    value: str | None
+    error: str | None
 
 
 class DiscoveredRow(TypedDict):
@@ -181,4 +264,5 @@ ROW_TYPES: dict[str, type] = {
     "pages": PageRow,
     "discovered": DiscoveredRow,
     "metrics": MetricRow,
+    "extracts": ExtractRow,
 }

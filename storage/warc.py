@@ -16,8 +16,11 @@ failed or died before its commit, which `discard_uncommitted_warc` removes. Comp
 only the Parquet files and leaves the WARC files as they are, so the offsets stay valid.
 
 Bodies are archived as the crawler received them after undoing any Content-Encoding (gzip,
-br): the record's HTTP headers drop `Content-Encoding` and `Transfer-Encoding` and give the
-decoded `Content-Length`, so every record is readable on its own.
+br): the record's HTTP headers give the decoded `Content-Length`, so every record is readable
+on its own, and keep what the server sent for the wire as Common Crawl does, renamed
+`X-Crawler-Content-Encoding`, `X-Crawler-Transfer-Encoding` and `X-Crawler-Content-Length`.
+Each answer record carries `WARC-IP-Address` (the server's address) and its `WARC-Record-ID`,
+which the `fetches` row repeats in `warc_record_id`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Exchange:
     # For a 304: the date and payload digest of the earlier capture it stands for.
     refers_to_date: datetime | None = None
     refers_to_digest: str | None = None
+    ip_address: str | None = None  # the server's address (WARC-IP-Address)
 
 
 def warc_name(batch_file: str) -> str:
@@ -79,6 +83,7 @@ class ArchivedExchange:
 
     records: bytes  # the request record, then the answer record
     answer_at: int  # where in `records` the answer (response or revisit) record starts
+    record_id: str  # the answer record's WARC-Record-ID
 
 
 class WarcBatchWriter:
@@ -96,8 +101,10 @@ class WarcBatchWriter:
         request = self._request_record(writer, exchange)
         writer.write_record(request)
         answer_at = buffer.tell()
-        writer.write_record(self._answer_record(writer, exchange, request))
-        return ArchivedExchange(buffer.getvalue(), answer_at)
+        answer = self._answer_record(writer, exchange, request)
+        writer.write_record(answer)
+        record_id = answer.rec_headers.get_header("WARC-Record-ID")
+        return ArchivedExchange(buffer.getvalue(), answer_at, record_id)
 
     def path(self, batch_file: str) -> Path:
         """Where the WARC file of batch `batch_file` goes."""
@@ -123,6 +130,7 @@ class WarcBatchWriter:
                     "warc_filename": f"{WARC_DIR}/{name}",
                     "warc_record_offset": offset + exchange.answer_at,
                     "warc_record_length": len(exchange.records) - exchange.answer_at,
+                    "warc_record_id": exchange.record_id,
                 }
             )
             offset += len(exchange.records)
@@ -151,9 +159,8 @@ class WarcBatchWriter:
         except ValueError:
             reason = "Unknown"
         headers = [
-            (name.title(), value)
+            (f"X-Crawler-{name.title()}" if name in _WIRE_HEADERS else name.title(), value)
             for name, value in exchange.response_headers.items()
-            if name not in _WIRE_HEADERS
         ]
         body = b"" if status == 304 else exchange.body
         headers.append(("Content-Length", str(len(body))))
@@ -162,6 +169,8 @@ class WarcBatchWriter:
             "WARC-Date": _iso(exchange.date),
             "WARC-Concurrent-To": request.rec_headers.get_header("WARC-Record-ID"),
         }
+        if exchange.ip_address:
+            warc_headers["WARC-IP-Address"] = exchange.ip_address
         if exchange.truncated:
             warc_headers["WARC-Truncated"] = exchange.truncated
         if status == 304:

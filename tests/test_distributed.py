@@ -120,8 +120,8 @@ def test_a_servers_page_budget_holds_when_it_moves_between_nodes(web, tmp_path):
     admitted = dict(
         connect(tmp_path / "c")
         .execute(
-            f"SELECT url_host_name, count(DISTINCT url) FROM fetches WHERE {ADMITTED_SQL} "
-            "GROUP BY url_host_name"
+            f"SELECT url_server, count(DISTINCT url) FROM fetches WHERE {ADMITTED_SQL} "
+            "GROUP BY url_server"
         )
         .fetchall()
     )

@@ -31,7 +31,8 @@ def fetch(url: str, node: str, status: int | None = 200, attempt: int = 1, error
     return {
         "crawl_id": "c",
         "url": url,
-        "url_host_name": url.split("/")[2],
+        "url_host_name": url.split("/")[2].split(":")[0],
+        "url_server": url.split("/")[2],
         "url_path": "/" + url.split("/", 3)[3],
         "fetch_time": datetime.now(UTC),
         "fetch_status": status,

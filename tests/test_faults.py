@@ -341,6 +341,10 @@ def rows_of(url: str, new_links: list[str]) -> dict[str, list[dict[str, Any]]]:
     return {
         "discovered": [{"crawl_id": "c", "url": u, "depth": 1, "node_id": NODE} for u in new_links],
         "pages": [page] if status == 200 else [],
+        # An [extract] field of each page: the fourth dataset of a batch.
+        "extracts": [{"crawl_id": "c", "url": url, "field": "title", "value": url}]
+        if status == 200
+        else [],
         "fetches": [fetch],
     }
 

@@ -248,10 +248,10 @@ def test_internal_error_costs_one_url_not_the_node(hostile_web, tmp_path, monkey
     """A bug met while handling one answer is recorded for that URL and the crawl goes on."""
     real_parse = crawler.node.outcome.parse_html
 
-    def parse_or_fail(body, url, encoding=None):
+    def parse_or_fail(body, url, *args):
         if url.endswith("/ok/1"):
             raise RuntimeError("boom")
-        return real_parse(body, url, encoding)
+        return real_parse(body, url, *args)
 
     monkeypatch.setattr(crawler.node.outcome, "parse_html", parse_or_fail)
     seed = hostile_web.hostile_url("empty_body")

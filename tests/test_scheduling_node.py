@@ -47,7 +47,7 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
     assert frontier.queued() == 0
     slowest_s = dict(
         connect(tmp_path / policy)
-        .execute("SELECT url_host_name, max(rtt_ms) / 1000 FROM fetches GROUP BY 1")
+        .execute("SELECT url_server, max(rtt_ms) / 1000 FROM fetches GROUP BY 1")
         .fetchall()
     )
     for profile in web.web.hosts:

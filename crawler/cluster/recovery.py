@@ -43,6 +43,12 @@ class Recovered:
     foreign: list[Item]  # URLs of other servers it found, perhaps never sent
 
 
+# A row's server (host:port): `url_server`, or `url_host_name` in rows written before
+# issue 31, when it held host:port (a crawl resumed across an upgrade).
+_SERVER = "coalesce(url_server, url_host_name)"
+_FETCHES = "read_parquet(?, union_by_name = true)"
+
+
 class OutputRecovery:
     def __init__(
         self,
@@ -72,16 +78,16 @@ class OutputRecovery:
         if fetch_files:
             done, attempts = fold_fetch_rows(
                 con.execute(
-                    "SELECT url, fetch_status, error, attempt FROM read_parquet(?) "
-                    f"WHERE list_contains(?, url_host_name) AND {NOT_LEFT_AT_DEADLINE}",
+                    f"SELECT url, fetch_status, error, attempt FROM {_FETCHES} "
+                    f"WHERE list_contains(?, {_SERVER}) AND {NOT_LEFT_AT_DEADLINE}",
                     [fetch_files, hosts],
                 ).fetchall()
             )
             # URLs admitted on its servers (their limit counts), and by it (its page budget).
             owned = set(hosts)
             for url, host, fetched_by in con.execute(
-                f"SELECT DISTINCT url, url_host_name, node_id FROM read_parquet(?) "
-                f"WHERE {ADMITTED_SQL} AND (list_contains(?, url_host_name) OR node_id = ?)",
+                f"SELECT DISTINCT url, {_SERVER}, node_id FROM {_FETCHES} "
+                f"WHERE {ADMITTED_SQL} AND (list_contains(?, {_SERVER}) OR node_id = ?)",
                 [fetch_files, hosts, node_id],
             ).fetchall():
                 if host in owned:

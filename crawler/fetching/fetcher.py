@@ -31,6 +31,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ReadTimeoutError
 
+from crawler.content.decoding import Decoded, decode_html
 from crawler.fetching.settings import FetchSettings
 from errors import ErrorClass, FetchError
 
@@ -136,6 +137,7 @@ class FetchResult:
     # once) is outdone by the next quick acknowledgement.
     network_rtt_s: float | None = None
     request_headers: dict[str, str] = field(default_factory=dict)  # as sent, for the WARC
+    ip_address: str | None = None  # the server's address the answer came from (WARC-IP-Address)
 
     @property
     def not_modified(self) -> bool:
@@ -169,16 +171,19 @@ class FetchResult:
         return str(encoding.codec_info.name)
 
     @cached_property
+    def decoded(self) -> Decoded:
+        """The body as text, decoded as browsers decode HTML (crawler/content/decoding.py): a
+        byte order mark, the usable declared charset, a `<meta>` charset, detection; bad bytes
+        replaced. `decoded.charset` names what decoded it."""
+        return decode_html(self.body, self.encoding)
+
+    @property
     def text(self) -> str:
-        """The body as text: decoded with its usable charset, else UTF-8; bad bytes replaced."""
-        return self.body.decode(self.encoding or "utf-8", "replace")
+        return self.decoded.text
 
     def html_source(self) -> tuple[bytes, str | None]:
-        """The body and encoding to give the HTML parser. With a usable declared charset the
-        body is handed over as UTF-8 (lxml does not know every codec Python does); without one,
-        as sent, so the parser can follow a `<meta charset>`."""
-        if self.encoding is None:
-            return self.body, None
+        """The body and encoding to give the HTML parser: the decoded text as UTF-8 (lxml does
+        not know every codec Python does)."""
         return self.text.encode("utf-8"), "utf-8"
 
     @property
@@ -310,6 +315,7 @@ class _WireTimedConnection(HTTPConnection):
     response_read_at: float | None = None
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
     network_rtt_s: float | None = None  # the kernel's least RTT on it, at the last answer
+    peer_address: str | None = None  # the address the last answer came from
     pinned_address: str | None = None  # connect here instead of resolving the server's name
 
     def _new_conn(self) -> socket.socket:
@@ -329,6 +335,7 @@ class _WireTimedConnection(HTTPConnection):
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         self.request_sent_at = self.response_read_at = self.network_rtt_s = None
+        self.peer_address = None
         if self.sock is None:
             self.connect()  # what http.client would do inside the write: not server time
         self.request_sent_at = time.monotonic()
@@ -339,6 +346,8 @@ class _WireTimedConnection(HTTPConnection):
         response = super().getresponse()
         self.response_read_at = time.monotonic()
         self.network_rtt_s = _kernel_rtt_s(sock, _TCPI_MIN_RTT_OFFSET)
+        with contextlib.suppress(OSError, AttributeError, IndexError):  # closed, not a socket
+            self.peer_address = str(sock.getpeername()[0])
         return response
 
     @property
@@ -500,6 +509,7 @@ class ServerSession:
                 result.wire_rtt_s = timed.wire_rtt_s
                 result.handshake_s = timed.take_handshake_s()
                 result.network_rtt_s = timed.network_rtt_s
+                result.ip_address = timed.peer_address
             self._read_body(response, result)
         except requests.RequestException as exc:
             result.error = classify(exc)

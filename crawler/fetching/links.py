@@ -1,21 +1,33 @@
-"""Link extraction with a real HTML parser (lxml), resolving `<base href>` and relative URLs."""
+"""Link extraction with a real HTML parser (lxml), resolving `<base href>` and relative URLs;
+the head facts of the page (crawler/content/head.py) from the same parse."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urljoin, urlsplit
 
 import lxml.html
 from lxml import etree
+from lxml.html import HtmlElement
 
+from crawler.content.head import HeadFacts, head_facts, robots_directives
 from crawler.scope.urls import DEFAULT_PORTS, MAX_URL_LENGTH, BadUrl, canonical_url
 
 # Compiled once, and plain strings: lxml's default "smart" results carry a link back to their
 # element, which costs more than the search itself. Over the whole document, not root.iter():
 # broken markup can leave links where iterating the root element does not reach them.
 _HREFS = etree.XPath("//a/@href | //area/@href", smart_strings=False)
+# The hrefs of links marked rel=nofollow (rel is a set of space-separated keywords, of any case).
+_NOFOLLOW_HREFS = etree.XPath(
+    "//a[contains(concat(' ', translate(normalize-space(@rel), 'NOFLW', 'noflw'), ' '),"
+    " ' nofollow ')]/@href"
+    " | //area[contains(concat(' ', translate(normalize-space(@rel), 'NOFLW', 'noflw'), ' '),"
+    " ' nofollow ')]/@href",
+    smart_strings=False,
+)
 
 # Pages of a site link the same URLs over and over (menus, popular pages), so the general
 # path's answers are remembered (failures are not).
@@ -110,32 +122,80 @@ def _plain_host(host: str) -> bool:
 class ParsedPage:
     title: str | None
     links: list[str]  # canonical, de-duplicated, in document order
+    # Of `links`, those every link to which is marked rel=nofollow.
+    nofollow_links: frozenset[str] = frozenset()
+    head: HeadFacts = HeadFacts()
+    # The page's robots directives: its meta robots and X-Robots-Tag header (noindex, ...).
+    robots: frozenset[str] = frozenset()
+    # The parsed document, for the [extract] fields (crawler/content/extract.py).
+    root: HtmlElement | None = field(default=None, compare=False, repr=False)
+
+    def followed_links(self, honour_nofollow: bool) -> list[str]:
+        """The links to follow: all of them, or, honouring nofollow, none when the page as a
+        whole says `nofollow` (its meta robots or X-Robots-Tag) and else those not marked
+        rel=nofollow."""
+        if not honour_nofollow:
+            return self.links
+        if "nofollow" in self.robots:
+            return []
+        if not self.nofollow_links:
+            return self.links
+        return [link for link in self.links if link not in self.nofollow_links]
 
 
-def parse_html(body: bytes, url: str, encoding: str | None = None) -> ParsedPage:
-    """Parse an HTML body fetched from `url`: its title and its canonical out-links.
+def parse_html(
+    body: bytes, url: str, encoding: str | None = None, x_robots_tag: str | None = None
+) -> ParsedPage:
+    """Parse an HTML body fetched from `url`: its title, its canonical out-links and its head
+    facts. `x_robots_tag`: the response's X-Robots-Tag header.
 
     Links that cannot be made into an http(s) URL (mailto:, javascript:, garbage) are skipped;
     a page is never rejected because some of its links are bad.
     """
     if not body.strip():
-        return ParsedPage(title=None, links=[])
+        return ParsedPage(title=None, links=[], robots=robots_directives(None, x_robots_tag))
     try:
         parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
         root = lxml.html.document_fromstring(body, parser=parser)
     except (etree.ParserError, ValueError, LookupError):
-        return ParsedPage(title=None, links=[])
+        return ParsedPage(title=None, links=[], robots=robots_directives(None, x_robots_tag))
     base = url
     for href in root.xpath("//base/@href"):
         base = urljoin(url, href.strip())
         break
     resolve = LinkResolver(base)
     links: dict[str, None] = {}
-    for href in _HREFS(root):
+    hrefs = _HREFS(root)
+    for href in hrefs:
         try:
             links[resolve(href.strip())] = None
         except (BadUrl, ValueError):
             continue
     title_text = root.findtext(".//title")
     title = " ".join(title_text.split()) if title_text else None
-    return ParsedPage(title=title, links=list(links))
+    head = head_facts(root, resolve)
+    return ParsedPage(
+        title=title,
+        links=list(links),
+        nofollow_links=_nofollow_only(hrefs, _NOFOLLOW_HREFS(root), resolve),
+        head=head,
+        robots=robots_directives(head.meta_robots, x_robots_tag),
+        root=root,
+    )
+
+
+def _nofollow_only(hrefs: list[str], nofollow: list[str], resolve: LinkResolver) -> frozenset[str]:
+    """The URLs that only rel=nofollow links point to."""
+    if not nofollow:
+        return frozenset()
+    marked: set[str] = set()
+    unmarked: set[str] = set()
+    counts = Counter(hrefs)
+    counts.subtract(nofollow)
+    for href, followed in counts.items():
+        try:
+            url = resolve(href.strip())
+        except (BadUrl, ValueError):
+            continue
+        (unmarked if followed > 0 else marked).add(url)
+    return frozenset(marked - unmarked)

@@ -15,7 +15,16 @@ _TRUNCATED = {
     ErrorClass.DECODED_TOO_LARGE: "length",
     ErrorClass.FETCH_TIMEOUT: "time",
     ErrorClass.READ_TIMEOUT: "time",
+    ErrorClass.CONNECTION_ERROR: "disconnect",
 }
+
+
+def truncation(result: FetchResult) -> str | None:
+    """Why the body is cut short, as WARC-Truncated (and Common Crawl's `content_truncated`)
+    says it: length, time, disconnect, unspecified; None for a whole body."""
+    if result.error is None or result.status is None:
+        return None
+    return _TRUNCATED.get(result.error.kind, "unspecified" if result.cut_short else None)
 
 
 def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -> Exchange | None:
@@ -23,9 +32,7 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
     304 confirms."""
     if result.status is None:
         return None
-    truncated = None
-    if result.error is not None:
-        truncated = _TRUNCATED.get(result.error.kind, "unspecified" if result.cut_short else None)
+    truncated = truncation(result)
     confirmed = earlier if result.not_modified else None  # the capture a 304 stands for
     return Exchange(
         url=result.url,
@@ -35,6 +42,7 @@ def exchange_of(result: FetchResult, date: datetime, earlier: KnownUrl | None) -
         response_headers=result.headers,
         body=result.body,
         truncated=truncated,
+        ip_address=result.ip_address,
         refers_to_date=confirmed.fetch_time if confirmed is not None else None,
         refers_to_digest=confirmed.digest if confirmed is not None else None,
     )

@@ -192,7 +192,11 @@ class FetchLoop:
             )
         elif outcome.page is not None:
             discovered = self._discovery.discover(
-                outcome.page.links, task, task.depth + 1, foreign, canonical=True
+                outcome.page.followed_links(core.config.content.honour_nofollow),
+                task,
+                task.depth + 1,
+                foreign,
+                canonical=True,
             )
         self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
         self._discovery.send_foreign(foreign)

@@ -23,7 +23,8 @@ class Outcome:
     # Whether the URL counts as a failure of its URL family (crawler.scope.limits); None while a
     # retry is to come.
     failed: bool | None = None
-    follow: str | None = None  # a redirect's Location, to queue one redirect further
+    # A redirect's Location or a meta refresh's URL, to queue one redirect further.
+    follow: str | None = None
     page: ParsedPage | None = None  # a fetched HTML page: its title and canonical links
     keep_connection: bool = False
 
@@ -65,6 +66,15 @@ def outcome_of(
         return Outcome(error, failed=failed, follow=location or None, keep_connection=keep)
     if result.status == 200 and error is None and result.is_html:
         body, encoding = result.html_source()
-        page = parse_html(body, result.url, encoding)
+        page = parse_html(body, result.url, encoding, result.headers.get("x-robots-tag"))
+        refresh = page.head.meta_refresh
+        if refresh is not None and refresh != result.url:
+            # A meta refresh is followed as a redirect is, within the same limit.
+            if hops >= max_redirects:
+                error = FetchError(
+                    ErrorClass.TOO_MANY_REDIRECTS, f"{hops} in a row, not to {refresh[:200]}"
+                )
+                return Outcome(error, failed=failed, page=page, keep_connection=keep)
+            return Outcome(None, failed=failed, follow=refresh, page=page, keep_connection=keep)
         return Outcome(None, failed=failed, page=page, keep_connection=keep)
     return Outcome(error, failed=failed, keep_connection=keep)

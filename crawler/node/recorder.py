@@ -7,15 +7,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from resiliparse.parse.encoding import detect_mime
+
+from crawler.content.ccindex import url_columns
+from crawler.content.extract import Extractor, Page
+from crawler.content.text import MainText, main_text
 from crawler.fetching.fetcher import FetchResult
 from crawler.fetching.links import ParsedPage
-from crawler.node.archive import exchange_of
+from crawler.node.archive import exchange_of, truncation
 from crawler.node.core import NodeCore
 from crawler.scheduling.recrawl import KnownUrl
 from crawler.scheduling.server import Item
 from crawler.scheduling.urlqueue import UrlTask
 from errors import FetchError
-from storage.schema import COMMITTED_DATASETS, DATASETS, DiscoveredRow, FetchRow, PageRow
+from storage.schema import (
+    COMMITTED_DATASETS,
+    DATASETS,
+    DiscoveredRow,
+    ExtractRow,
+    FetchRow,
+    PageRow,
+)
 from storage.warc import WarcBatchWriter
 from storage.writer import CommitGroupWriter
 
@@ -30,6 +42,9 @@ class Recorder:
         self._revisits = core.revisits
         config = core.config
         self._warc = config.output.warc
+        self._content = config.content
+        extractor = Extractor(config.extract)
+        self._extractor = extractor if extractor.active else None
         # Fetches last: a batch counts once its fetches file exists (see CommitGroupWriter).
         self.output = CommitGroupWriter(
             {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
@@ -57,31 +72,85 @@ class Recorder:
             earlier = None
         fetch_row = self._fetch_row(result, task, fetch_time, error, earlier)
         page_rows: list[PageRow] = []
+        extract_rows: list[ExtractRow] = []
         if page is not None:
-            page_rows.append(
-                {
-                    "crawl_id": self.crawl_id,
-                    "url": result.url,
-                    "url_host_name": fetch_row["url_host_name"],
-                    "fetch_time": fetch_time,
-                    "content_digest": result.digest,
-                    "content_length": len(result.body),
-                    "title": page.title,
-                    "outlink_count": len(page.links),
-                    "depth": task.depth,
-                    "node_id": self.node_id,
-                    "content": result.text,
-                }
-            )
+            page_row, extract_rows = self._page_rows(result, task, fetch_time, page)
+            page_rows.append(page_row)
+            fetch_row["content_charset"] = page_row["content_charset"]
+            fetch_row["content_languages"] = page_row["content_languages"]
         discovered_rows: list[DiscoveredRow] = [
             {"crawl_id": self.crawl_id, "url": url, "depth": depth, "node_id": self.node_id}
             for url, depth in discovered or []
         ]
         self.output.record(
-            {"discovered": discovered_rows, "pages": page_rows, "fetches": [fetch_row]},
+            {
+                "discovered": discovered_rows,
+                "pages": page_rows,
+                "extracts": extract_rows,
+                "fetches": [fetch_row],
+            },
             exchange_of(result, fetch_time, earlier) if self._warc else None,
         )
         self._core.count_fetch_rows(1)
+
+    def _page_rows(
+        self, result: FetchResult, task: UrlTask, fetch_time: datetime, page: ParsedPage
+    ) -> tuple[PageRow, list[ExtractRow]]:
+        """The pages row of an HTML page, and its [extract] fields. A page that says noindex
+        keeps its row and head facts but not its content, text or fields, when [content]
+        honours it."""
+        decoded = result.decoded
+        head = page.head
+        hidden = "noindex" in page.robots and self._content.honour_noindex
+        text: MainText | None = None
+        if self._content.main_text and not hidden:
+            text = main_text(decoded.text)
+        url = url_columns(result.url)
+        row: PageRow = {
+            "crawl_id": self.crawl_id,
+            "url": result.url,
+            "url_host_name": url["url_host_name"],
+            "fetch_time": fetch_time,
+            "content_digest": result.digest,
+            "content_length": len(result.body),
+            "title": page.title,
+            "outlink_count": len(page.links),
+            "depth": task.depth,
+            "node_id": self.node_id,
+            "content": None if hidden else decoded.text,
+            "url_server": url["url_server"],
+            "content_charset": decoded.charset,
+            "content_languages": None if text is None else text.languages,
+            "text": None if text is None else text.text,
+            "text_simhash": None if text is None else text.simhash,
+            "canonical": head.canonical,
+            "meta_description": head.meta_description,
+            "meta_robots": head.meta_robots,
+            "x_robots_tag": result.headers.get("x-robots-tag"),
+            "noindex": "noindex" in page.robots,
+            "nofollow": "nofollow" in page.robots,
+            "hreflang": [{"lang": lang, "url": link} for lang, link in head.hreflang],
+            "meta_refresh": head.meta_refresh,
+        }
+        if self._extractor is None or hidden:
+            return row, []
+        status = result.status if result.status is not None else 0
+        fields = self._extractor.fields(
+            Page(result.url, status, result.headers, decoded.text, page.root)
+        )
+        extracts: list[ExtractRow] = [
+            {
+                "crawl_id": self.crawl_id,
+                "url": result.url,
+                "fetch_time": fetch_time,
+                "node_id": self.node_id,
+                "field": field.name,
+                "value": field.value,
+                "error": field.error,
+            }
+            for field in fields
+        ]
+        return row, extracts
 
     def unfetched(self, tasks: list[UrlTask], error: FetchError) -> None:
         """One fetches row per URL not fetched (refused, skipped, failed before a request),
@@ -101,7 +170,8 @@ class Recorder:
     ) -> FetchRow:
         """The fetches row of one attempt; `earlier`: the capture a 304 stands for."""
         parts = urlsplit(result.url)
-        return {
+        answered = result.status is not None
+        row: FetchRow = {
             "crawl_id": self.crawl_id,
             "url": result.url,
             "url_host_name": parts.netloc,
@@ -112,7 +182,7 @@ class Recorder:
             "error": None if error is None else str(error),
             "content_mime_type": result.mime_type,
             "content_charset": result.charset,
-            "content_length": len(result.body) if result.status is not None else None,
+            "content_length": len(result.body) if answered else None,
             "content_digest": earlier.digest if earlier else result.digest,
             "rtt_ms": None if result.rtt_s is None else result.rtt_s * 1000.0,
             "connect_ms": None if result.handshake_s is None else result.handshake_s * 1000.0,
@@ -122,7 +192,19 @@ class Recorder:
             "etag": result.headers.get("etag") or (earlier.etag if earlier else None),
             "last_modified": result.headers.get("last-modified")
             or (earlier.last_modified if earlier else None),
+            "url_server": parts.netloc,
+            "url_surtkey": None,
+            "url_host_registered_domain": None,
+            "url_host_tld": None,
+            "url_protocol": None,
+            "url_port": None,
+            "url_query": None,
+            "content_mime_detected": detect_mime(result.body) if answered else None,
+            "content_languages": None,
+            "content_truncated": truncation(result),
         }
+        row.update(url_columns(result.url))  # type: ignore[typeddict-item]
+        return row
 
     def flush(self) -> None:
         self.output.flush()

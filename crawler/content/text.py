@@ -1,0 +1,91 @@
+"""A page's main text (boilerplate removed), its language and its 64-bit simhash.
+
+The main text comes from resiliparse's `extract_plain_text` with its main-content heuristics
+(lexbor's HTML parser, in C); the language from resiliparse's `detect_fast`. The comparison with
+trafilatura that chose it is in bench/results/text_extraction/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+from resiliparse.parse.lang import detect_fast
+
+# Ranks above this are "usually false results" (resiliparse's documentation).
+_LANGUAGE_RANK_CUTOFF = 1200
+# Shorter texts say too little of their language to name one.
+_MIN_LANGUAGE_CHARS = 20
+# Features of the simhash: runs of this many words, so that one changed sentence changes only
+# the features it touches.
+SHINGLE_WORDS = 3
+
+
+@dataclass(frozen=True)
+class MainText:
+    text: str
+    languages: str | None  # ISO 639-1, as resiliparse names them
+    simhash: int | None  # 64 bits as a signed integer (Parquet int64); None for no words
+
+
+def main_text(html: str) -> MainText:
+    """The main text of a decoded HTML page, its language and its simhash."""
+    tree = HTMLTree.parse(html)
+    text = extract_plain_text(tree, main_content=True, alt_texts=False)
+    if not text.strip():
+        # A page that is all "boilerplate" to the heuristics (a hub, a short list): its
+        # visible text, rather than nothing.
+        text = extract_plain_text(tree, alt_texts=False)
+    return MainText(text, language(text), simhash(text))
+
+
+def language(text: str) -> str | None:
+    if len(text) < _MIN_LANGUAGE_CHARS:
+        return None
+    code, rank = detect_fast(text)
+    return None if code == "unknown" or rank > _LANGUAGE_RANK_CUTOFF else code
+
+
+@lru_cache(maxsize=1 << 16)
+def _word_hash(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+
+
+# Odd multipliers that place the words of a shingle differently, and splitmix64's finalizer
+# constants, which spread every input bit over the output.
+_POSITION = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xC2B2AE3D27D4EB4F),
+    np.uint64(0x165667B19E3779F9),
+)
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def simhash(text: str) -> int | None:
+    """Charikar's simhash of the word shingles of `text` (lower case, split at white space):
+    texts that share most shingles differ in few bits. Each word is hashed once (64-bit
+    BLAKE2b), a shingle's hash combines its words' (in numpy), so a long page costs little.
+    None for a text of no words."""
+    words = text.lower().split()  # punctuation stays on its word: no regex pass over the text
+    if not words:
+        return None
+    hashes = np.fromiter(map(_word_hash, words), dtype=np.uint64, count=len(words))
+    size = min(SHINGLE_WORDS, len(words))
+    count = len(words) - size + 1
+    shingles = np.zeros(count, dtype=np.uint64)
+    for position in range(size):
+        shingles ^= hashes[position : position + count] * _POSITION[position]
+    shingles ^= shingles >> np.uint64(30)
+    shingles *= _MIX[0]
+    shingles ^= shingles >> np.uint64(27)
+    shingles *= _MIX[1]
+    shingles ^= shingles >> np.uint64(31)
+    shingles = np.unique(shingles)
+    bits = np.unpackbits(shingles.astype(">u8").view(np.uint8)).reshape(len(shingles), 64)
+    majority = bits.sum(axis=0, dtype=np.int64) * 2 > len(shingles)
+    value = int.from_bytes(np.packbits(majority).tobytes(), "big")
+    return value - (1 << 64) if value >= 1 << 63 else value
