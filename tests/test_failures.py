@@ -50,18 +50,24 @@ def test_a_failure_is_the_urls_own_only_while_the_other_urls_are_answered():
 
 def test_slow_failures_get_half_the_time_each_and_the_budget_ends_them():
     ledger = FailureLedger()
-    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 60.0
+    assert ledger.time_limit("/hang", 60.0, 5.0, BUDGET_S) == 60.0
     assert not answered(ledger, "/hang", None, 40.0)
-    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 20.0
+    assert ledger.time_limit("/hang", 60.0, 5.0, BUDGET_S) == 20.0
     assert not answered(ledger, "/hang", None, 20.0)
-    assert ledger.time_limit("/hang", 60.0, BUDGET_S) == 10.0
-    assert ledger.time_limit("/new", 60.0, BUDGET_S) == 60.0
+    assert ledger.time_limit("/hang", 60.0, 5.0, BUDGET_S) == 10.0
+    assert ledger.time_limit("/new", 60.0, 5.0, BUDGET_S) == 60.0
     assert answered(ledger, "/drip", None, 40.0)  # 100 s of failures: the budget is spent
     assert not answered(ledger, "/drip", None, 30.0)  # spent once, reported once
-    assert ledger.time_limit("/new", 60.0, BUDGET_S) == 15.0  # a quarter for new URLs
+    assert ledger.time_limit("/new", 60.0, 5.0, BUDGET_S) == 15.0  # a quarter for new URLs
     assert "100 s" in ledger.budget_reason(BUDGET_S)
     answered(ledger, "/hang", 200)
-    assert "/hang" not in ledger.slow  # answered at last: no longer failing
+    assert "/hang" not in ledger.timed_out  # answered at last: no longer failing
+    answered(ledger, "/reset", 503)
+    ledger.record("/reset", None, FetchError(ErrorClass.CONNECTION_ERROR), 0.01, BUDGET_S)
+    assert ledger.time_limit("/reset", 60.0, 5.0, 1e9) == 60.0  # only timeouts are halved
+    assert ledger.time_limit("/hang", 60.0, 5.0, BUDGET_S) == 15.0
+    answered(ledger, "/hang", None, 6.0)
+    assert ledger.time_limit("/hang", 60.0, 5.0, BUDGET_S) == 5.0  # never below the floor
 
 
 def test_a_big_servers_answers_earn_it_failure_time():

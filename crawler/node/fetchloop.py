@@ -382,8 +382,9 @@ class FetchLoop:
         started = time.monotonic()
         with core.lock:
             controller.on_request_start(started)
+            fetch = core.config.fetch
             time_limit = server.failures.time_limit(
-                url, core.config.fetch.fetch_timeout_s, retry.failure_budget_s
+                url, fetch.fetch_timeout_s, fetch.connect_timeout_s, retry.failure_budget_s
             )
         result = session.get(url, conditional, time_limit)
         self._free_slot(result)

@@ -6,9 +6,10 @@ that is rate-limited or broken on its own), not the server asking to be left alo
 on a server whose other URLs are fast is that URL hanging. The node then leaves the server's
 pace as it is (the rate controller does not hear of it) and puts the URL's retry behind the
 server's new URLs. The retry of any slow failure (a timeout, a reset) waits behind them too,
-and gets half the time its last try took. When every URL fails alike, the failure is the
-server's, and the usual pause (Retry-After, backoff) holds the whole server: a server that
-answers 429 to everything is left alone as long as it asks (up to `retry_after_max_s`).
+and a URL that timed out gets half the time its last try took (at least the connect timeout).
+When every URL fails alike, the failure is the server's, and the usual pause (Retry-After,
+backoff) holds the whole server: a server that answers 429 to everything is left alone as
+long as it asks (up to `retry_after_max_s`).
 
 The time a server's failed requests take is counted; past `failure_budget_s` (plus a tenth of
 the time its answers took, so a big server's rare timeouts never add up to it) the server's
@@ -38,6 +39,9 @@ SLOW_ERRORS = frozenset(
         ErrorClass.CONNECTION_ERROR,
     }
 )
+TIMEOUTS = frozenset(
+    {ErrorClass.CONNECT_TIMEOUT, ErrorClass.READ_TIMEOUT, ErrorClass.FETCH_TIMEOUT}
+)
 PUSHBACK_STATUSES = frozenset({429, 503})
 # The share of the time a server's answers took that its failures may take besides the budget.
 ANSWERED_SHARE = 0.1
@@ -65,8 +69,8 @@ class FailureLedger:
     recent: deque[tuple[str, bool]] = field(default_factory=lambda: deque(maxlen=8))
     failure_s: float = 0.0  # seconds its failed requests took, in all
     answered_s: float = 0.0  # seconds its other requests took
-    # Of each URL failing slowly now, the seconds its last failure took.
-    slow: dict[str, float] = field(default_factory=dict)
+    # Of each URL timing out now, the seconds its last timeout took.
+    timed_out: dict[str, float] = field(default_factory=dict)
 
     def about_url(self, url: str) -> bool:
         """Whether a failure of `url` now would be its own: of the server's last answers to
@@ -89,10 +93,10 @@ class FailureLedger:
         self.recent.append((url, failed))
         if not failed:
             self.answered_s += seconds
-            self.slow.pop(url, None)
+            self.timed_out.pop(url, None)
             return False
-        if is_slow(error):
-            self.slow[url] = seconds
+        if error is not None and error.kind in TIMEOUTS:
+            self.timed_out[url] = seconds
         spent_before = self.spent(budget_s)
         self.failure_s += seconds
         return self.spent(budget_s) and not spent_before
@@ -100,14 +104,19 @@ class FailureLedger:
     def spent(self, budget_s: float) -> bool:
         return self.failure_s >= budget_s + ANSWERED_SHARE * self.answered_s
 
-    def time_limit(self, url: str, fetch_timeout_s: float, budget_s: float) -> float:
-        """The fetch time limit for the next try of `url`: half what its last slow failure
-        took, and a quarter of the fetch time limit for any URL once the budget is spent."""
-        last = self.slow.get(url)
-        limit = fetch_timeout_s if last is None else min(fetch_timeout_s, last / 2)
+    def time_limit(
+        self, url: str, fetch_timeout_s: float, floor_s: float, budget_s: float
+    ) -> float:
+        """The fetch time limit for the next try of `url`: half what its last timeout took,
+        and a quarter of the fetch time limit for any URL once the budget is spent; never
+        below `floor_s` (the connect timeout: a try must be able to succeed)."""
+        limit = fetch_timeout_s
+        last = self.timed_out.get(url)
+        if last is not None:
+            limit = min(limit, last / 2)
         if self.spent(budget_s):
             limit = min(limit, fetch_timeout_s * SPENT_TIME_SHARE)
-        return limit
+        return min(fetch_timeout_s, max(limit, floor_s))
 
     def budget_reason(self, budget_s: float) -> str:
         budget = budget_s + ANSWERED_SHARE * self.answered_s
