@@ -20,11 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from crawler.alerts import AlertSettings
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.fetching.politeness import RetrySettings
 from crawler.fetching.settings import FetchSettings
 from crawler.ratecontrol import LAW_SETTINGS, RateControlSettings
 from crawler.scheduling.settings import SchedulingSettings
+from crawler.scope.rules import ScopeSettings
 from crawler.scope.settings import LimitSettings
 from crawler.section import Section
 
@@ -71,6 +73,9 @@ class CrawlConfig(Section):
     fetch: FetchSettings = Field(
         default_factory=FetchSettings, description="how one HTTP request is made and cut off"
     )
+    scope: ScopeSettings = Field(
+        default_factory=ScopeSettings, description="which links the crawl follows"
+    )
     limits: LimitSettings = Field(
         default_factory=LimitSettings,
         description="what the crawl fetches at most, how deep, and when it stops",
@@ -95,6 +100,9 @@ class CrawlConfig(Section):
     )
     plan: PlanSettings = Field(
         default_factory=PlanSettings, description="what the allocation plan assumes"
+    )
+    alerts: AlertSettings = Field(
+        default_factory=AlertSettings, description="when a finished crawl counts as failed"
     )
 
     @model_validator(mode="before")

@@ -64,23 +64,3 @@ def server_of(url: str) -> str:
     """`host_key` of a canonical URL, without parsing it (the hot paths: every link found)."""
     # A canonical URL reads scheme://server/...: the server is the third "/" field.
     return url.split("/", 3)[2]
-
-
-class Scope:
-    """The servers a crawl may fetch from: the seeds' servers plus those the user allowed."""
-
-    def __init__(self, hosts: set[str]) -> None:
-        self.hosts = frozenset(h.lower() for h in hosts)
-
-    def __contains__(self, url_or_host: str) -> bool:
-        host = host_key(url_or_host) if "://" in url_or_host else url_or_host
-        return host in self.hosts
-
-
-def parse_allow(entry: str) -> str:
-    """Turn an `--allow HOST[:PORT]` entry into a server key like `host_key` gives."""
-    probe = entry if "://" in entry else f"http://{entry}"
-    try:
-        return host_key(canonical_url(probe))
-    except BadUrl as exc:
-        raise BadUrl(f"bad --allow entry {entry!r}: {exc}") from None
