@@ -53,12 +53,13 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     scope = scope_crawl(request)
     # One run per crawl directory, from the manifest through compaction (storage/lock.py).
     with crawl_lock(Path(out_dir) / crawl_id):
-        write_rejected_seeds(Path(out_dir) / crawl_id, scope)
         revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
         start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
         depths = start_depths(scope.seeds, revisits)
         quiet_s = settings.output.resume_quiet_s
         checkpoint = read_checkpoint(out_dir, crawl_id, start, quiet_s, depths)
+        # After the checkpoint: a new crawl's directory must not exist before it looks.
+        write_rejected_seeds(Path(out_dir) / crawl_id, scope)
         specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings)
         fleet = launch_nodes(
             FleetPlan(
