@@ -96,6 +96,7 @@ def test_a_night_with_every_server_down_exits_3_and_the_automation_calls_the_web
         trigger=EventTrigger(
             expect={"prefect.flow-run.Failed"},
             match={"prefect.resource.id": "prefect.flow-run.*"},
+            match_related={"prefect.resource.name": "crawl", "prefect.resource.role": "flow"},
             posture=Posture.Reactive,
             threshold=1,
             within=0,
