@@ -163,7 +163,8 @@ class ScopeRules:
     mode: ScopeMode
     servers: frozenset[str]  # the seeds' and --allow's servers
     domains: frozenset[str]  # registered domains (mode domain) and --allow *.DOMAIN
-    prefixes: tuple[str, ...]  # seed directories (mode prefix) and --allow URL prefixes
+    prefixes: tuple[str, ...]  # --allow URL prefixes not ending in "/"
+    directories: frozenset[str] = frozenset()  # prefixes ending in "/": seed directories, ...
     include: tuple[re.Pattern[str], ...] = ()
     exclude: tuple[re.Pattern[str], ...] = ()
     refused: Counter[str] = field(default_factory=Counter, compare=False)
@@ -183,16 +184,14 @@ class ScopeRules:
         prefixes = {prefix for entry in allow for prefix in entry.prefixes}
         if settings.mode == "prefix":
             prefixes |= {seed_prefix(seed) for seed in seeds}
-        # A prefix under another adds nothing: only the shortest are kept.
-        kept: list[str] = []
-        for prefix in sorted(prefixes):
-            if not kept or not prefix.startswith(kept[-1]):
-                kept.append(prefix)
         return cls(
             mode=settings.mode,
             servers=frozenset(servers),
             domains=frozenset(domains),
-            prefixes=tuple(kept),
+            # Directories are looked up by each directory of a URL (a set, however many seeds
+            # there are); the rest are compared one by one.
+            prefixes=tuple(sorted(prefix for prefix in prefixes if not prefix.endswith("/"))),
+            directories=frozenset(prefix for prefix in prefixes if prefix.endswith("/")),
             include=tuple(re.compile(p) for p in settings.include),
             exclude=tuple(re.compile(p) for p in settings.exclude),
         )
@@ -222,4 +221,16 @@ class ScopeRules:
             labels = host.split(".")
             if any(".".join(labels[i:]) in self.domains for i in range(len(labels))):
                 return True
+        if self.directories and self._under_directory(url):
+            return True
         return bool(self.prefixes) and url.startswith(self.prefixes)
+
+    def _under_directory(self, url: str) -> bool:
+        path_end = url.find("?")
+        path = url if path_end < 0 else url[:path_end]
+        slash = path.find("/", path.find("//") + 2)
+        while slash >= 0:
+            if path[: slash + 1] in self.directories:
+                return True
+            slash = path.find("/", slash + 1)
+        return False

@@ -7,6 +7,7 @@ URL everywhere: in the frontier, in the seen set and in the Parquet output.
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -35,6 +36,14 @@ def canonical_url(url: str) -> str:
     if not parts.hostname:
         raise BadUrl(f"no host in {url!r}")
     netloc = parts.hostname.lower()
+    if ":" in netloc:
+        try:
+            ipaddress.IPv6Address(netloc.split("%", 1)[0])
+        except ValueError:
+            raise BadUrl(f"malformed host in {url[:200]!r}: not an IPv6 address") from None
+    elif any(char.isascii() and not (char.isalnum() or char in "-._") for char in netloc):
+        # A space, a quote, a percent sign...: no DNS name holds one.
+        raise BadUrl(f"malformed host in {url[:200]!r}: not a valid DNS name")
     try:
         # What name resolution will need: a label empty or over 63 characters fails here, once,
         # rather than at every lookup of the host.
