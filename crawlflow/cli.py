@@ -174,11 +174,16 @@ def check_before_start(request: CrawlRequest) -> None:
     (the settings, --crawl-id and --since were checked with the request): the seeds and the
     seed file, the --allow entries, that some seed is usable, that --out can be written, and
     the earlier crawl --since names. Each problem is a one-line error."""
-    from crawler.scope.seeds import build_scope, check_usable
+    from crawler.scope.seeds import check_seeds
     from storage.files import prepare_output_root
 
-    scope = build_scope(request.seeds, request.seeds_file, request.allow, request.config.scope)
-    check_usable(scope.seeds, request.allow_private, request.config.fetch.resolve)
+    check_seeds(
+        request.seeds,
+        request.seeds_file,
+        request.allow,
+        request.allow_private,
+        request.config.fetch.resolve,
+    )
     out = Path(request.out_dir)
     prepare_output_root(out)
     if request.since is not None:

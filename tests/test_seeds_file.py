@@ -12,7 +12,7 @@ import pytest
 
 from crawler.scope.rules import ScopeSettings
 from crawler.scope.seedfile import SeedError, read_seed_file
-from crawler.scope.seeds import build_scope, check_usable
+from crawler.scope.seeds import build_scope, check_seeds, check_usable
 
 TEXT = """# nightly seeds
 http://Example.com/a#top
@@ -105,3 +105,19 @@ def test_the_crawl_starts_if_one_seed_is_usable_and_names_the_first_problem_if_n
         check_usable(seeds[:40], allow_private=False, resolver=resolver)
     with pytest.raises(SeedError, match="refused: .*loopback"):
         check_usable(["http://x.example/"], False, {"x.example": "127.0.0.2"}, resolver)
+
+
+def test_the_command_reads_the_file_only_as_far_as_a_usable_seed(tmp_path, monkeypatch):
+    from crawler.scope import seedfile
+
+    path = tmp_path / "seeds.txt"
+    path.write_text("nope\nhttp://ok.example/\n" + "http://later.example/\n" * 1000)
+    taken = []
+    real = seedfile.seed_url
+    monkeypatch.setattr(seedfile, "seed_url", lambda text: taken.append(text) or real(text))
+    check_seeds([], str(path), [], allow_private=True, resolve={"ok.example": "127.0.0.1"})
+    assert taken == ["nope", "http://ok.example/"]  # up to the first usable seed
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# none yet\n")
+    with pytest.raises(SeedError, match="holds no URLs"):
+        check_seeds(["http://ok.example/"], str(empty), [], True, {"ok.example": "127.0.0.1"})

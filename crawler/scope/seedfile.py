@@ -79,22 +79,51 @@ def seed_url(text: str) -> str:
 def read_seed_file(path: str | Path) -> SeedList:
     """The seeds of a text, CSV or Parquet file (see the module docstring); SeedError when the
     file cannot be read or holds no usable URL."""
-    path = Path(path)
-    name = str(path)
-    if path.suffix.lower() == ".parquet":
-        seeds = collect_seeds(_parquet_lines(path))
-    else:
-        text = _read_text(path)
-        lines = _csv_lines(text, name) if path.suffix.lower() == ".csv" else _text_lines(text)
-        seeds = collect_seeds(lines)
+    seeds = collect_seeds(_seed_lines(Path(path)))
     if not seeds.urls:
-        if not seeds.rejected:
-            raise SeedError(f"seed file {name} holds no URLs")
-        raise SeedError(
-            f"no usable seed in {name}: {len(seeds.rejected)} malformed"
-            f" ({'; '.join(seeds.examples(1))})"
-        )
+        raise _none_usable(Path(path), seeds.rejected)
     return seeds
+
+
+def stream_seeds(path: str | Path) -> Iterator[str]:
+    """The usable seeds of a file one by one, read only as far as they are taken (the command's
+    check before it starts: a list of 100,000 is not read twice). A file that cannot be read
+    is a SeedError at once; one with no usable URL, once that is known."""
+    path = Path(path)
+    lines = _seed_lines(path)  # reads and checks the file now
+
+    def seeds() -> Iterator[str]:
+        rejected: list[RejectedSeed] = []
+        found = False
+        for number, text in lines:
+            try:
+                url = seed_url(text)
+            except BadUrl as exc:
+                rejected.append(RejectedSeed(number, text[:500], str(exc)))
+                continue
+            found = True
+            yield url
+        if not found:
+            raise _none_usable(path, rejected)
+
+    return seeds()
+
+
+def _seed_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's numbered lines; its content is read and checked before this returns."""
+    if path.suffix.lower() == ".parquet":
+        return _parquet_lines(path)
+    text = _read_text(path)
+    return _csv_lines(text, str(path)) if path.suffix.lower() == ".csv" else _text_lines(text)
+
+
+def _none_usable(path: Path, rejected: list[RejectedSeed]) -> SeedError:
+    if not rejected:
+        return SeedError(f"seed file {path} holds no URLs")
+    first = rejected[0]
+    return SeedError(
+        f"no usable seed in {path}: {len(rejected)} malformed (line {first.line}: {first.reason})"
+    )
 
 
 def _read_text(path: Path) -> str:
@@ -121,39 +150,55 @@ def _csv_lines(text: str, name: str) -> Iterator[tuple[int, str]]:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)
-        if header is None:
-            return
-        columns = [column.strip().lower() for column in header]
-        if "url" not in columns:
-            raise SeedError(f"seed file {name} has no url column (its header: {header[:5]})")
-        index = columns.index("url")
-        for row in reader:
-            value = row[index].strip() if index < len(row) else ""
-            if value:
-                yield reader.line_num, value
-            elif any(cell.strip() for cell in row):
-                yield reader.line_num, ""  # a row without its URL: reported, not skipped
     except csv.Error as exc:
         raise SeedError(f"seed file {name} is not valid CSV: {exc}") from None
+    if header is None:
+        return iter(())
+    columns = [column.strip().lower() for column in header]
+    if "url" not in columns:
+        raise SeedError(f"seed file {name} has no url column (its header: {header[:5]})")
+    index = columns.index("url")
+
+    def lines() -> Iterator[tuple[int, str]]:
+        try:
+            for row in reader:
+                value = row[index].strip() if index < len(row) else ""
+                if value:
+                    yield reader.line_num, value
+                elif any(cell.strip() for cell in row):
+                    yield reader.line_num, ""  # a row without its URL: reported, not skipped
+        except csv.Error as exc:
+            raise SeedError(f"seed file {name} is not valid CSV: {exc}") from None
+
+    return lines()
 
 
 def _parquet_lines(path: Path) -> Iterator[tuple[int, str]]:
     import pyarrow as pa  # only here: a text seed list needs no Arrow
     import pyarrow.parquet as pq
 
+    def unreadable(exc: Exception) -> SeedError:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return SeedError(f"cannot read seed file {path} as Parquet: {message}")
+
     try:
         parquet = pq.ParquetFile(path)
-        if "url" not in parquet.schema_arrow.names:
-            raise SeedError(f"seed file {path} has no url column")
-        if not pa.types.is_string(parquet.schema_arrow.field("url").type) and not (
-            pa.types.is_large_string(parquet.schema_arrow.field("url").type)
-        ):
-            raise SeedError(f"the url column of seed file {path} does not hold text")
-        number = 0
-        for batch in parquet.iter_batches(columns=["url"]):
-            for value in batch.column(0).to_pylist():
-                number += 1
-                yield number, (value or "").strip()
     except (OSError, pa.ArrowException) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SeedError(f"cannot read seed file {path} as Parquet: {message}") from None
+        raise unreadable(exc) from None
+    if "url" not in parquet.schema_arrow.names:
+        raise SeedError(f"seed file {path} has no url column")
+    kind = parquet.schema_arrow.field("url").type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise SeedError(f"the url column of seed file {path} does not hold text")
+
+    def lines() -> Iterator[tuple[int, str]]:
+        number = 0
+        try:
+            for batch in parquet.iter_batches(columns=["url"]):
+                for value in batch.column(0).to_pylist():
+                    number += 1
+                    yield number, (value or "").strip()
+        except (OSError, pa.ArrowException) as exc:
+            raise unreadable(exc) from None
+
+    return lines()

@@ -11,16 +11,24 @@ only when no seed at all is usable (`check_usable`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from crawler.scope.addresses import AddressGuard, AddressRefused, Resolver, system_resolver
 from crawler.scope.rules import AllowEntry, ScopeRules, ScopeSettings, parse_allow_entry
-from crawler.scope.seedfile import RejectedSeed, SeedError, SeedList, read_seed_file, seed_url
+from crawler.scope.seedfile import (
+    RejectedSeed,
+    SeedError,
+    SeedList,
+    read_seed_file,
+    seed_url,
+    stream_seeds,
+)
 from crawler.scope.urls import BadUrl, server_of
 
-__all__ = ["CrawlScope", "SeedError", "build_scope", "check_usable"]
+__all__ = ["CrawlScope", "SeedError", "build_scope", "check_seeds", "check_usable"]
 
 # Servers asked at once while looking for one usable seed (name resolution mostly waits).
 RESOLVE_CONCURRENCY = 16
@@ -44,12 +52,7 @@ def build_scope(
     """The canonical seeds (the command line's, then the file's) and the crawl's scope; a
     SeedError for a malformed seed or --allow entry given one by one, an unreadable seed file,
     or no seed at all."""
-    given = SeedList()
-    for number, seed in enumerate(seeds, 1):
-        try:
-            given.urls.append(seed_url(seed))
-        except BadUrl as exc:
-            raise SeedError(f"bad seed {number}: {exc}") from None
+    given = SeedList(urls=command_line_seeds(seeds))
     from_file = read_seed_file(seeds_file) if seeds_file is not None else SeedList()
     urls = list(dict.fromkeys(given.urls + from_file.urls))
     if not urls:
@@ -68,6 +71,38 @@ def build_scope(
     )
 
 
+def command_line_seeds(seeds: Sequence[str]) -> list[str]:
+    """The canonical seeds given one by one; SeedError naming the first malformed one."""
+    urls = []
+    for number, seed in enumerate(seeds, 1):
+        try:
+            urls.append(seed_url(seed))
+        except BadUrl as exc:
+            raise SeedError(f"bad seed {number}: {exc}") from None
+    return urls
+
+
+def check_seeds(
+    seeds: Sequence[str],
+    seeds_file: str | None,
+    allow: Sequence[str],
+    allow_private: bool,
+    resolve: Mapping[str, str] | None = None,
+) -> None:
+    """`build_scope` and `check_usable` as the command runs them before it starts, reading
+    the seed file only as far as it must: until a usable seed (after one usable seed of the
+    file, so that a file without any is an error too)."""
+    given = command_line_seeds(seeds)
+    allow_entries(allow)
+    candidates: Iterable[str] = given
+    if seeds_file is not None:
+        from_file = stream_seeds(seeds_file)
+        candidates = itertools.chain(given, [next(from_file)], from_file)
+    elif not given:
+        raise SeedError("no seed URLs given")
+    check_usable(candidates, allow_private, resolve)
+
+
 def allow_entries(allow: Sequence[str]) -> list[AllowEntry]:
     """The parsed --allow entries; SeedError for one in no documented form."""
     try:
@@ -77,19 +112,17 @@ def allow_entries(allow: Sequence[str]) -> list[AllowEntry]:
 
 
 def check_usable(
-    seeds: Sequence[str],
+    seeds: Iterable[str],
     allow_private: bool,
     resolve: Mapping[str, str] | None = None,
     resolver: Resolver = system_resolver,
 ) -> None:
     """Return once one seed's server resolves to an address the crawler may reach (servers in
-    the seeds' order, a few at a time); SeedError with the first seed's reason if none does."""
+    the seeds' order, a few at a time, the seeds taken only as far as needed); SeedError with
+    the first seed's reason if none does."""
     guard = AddressGuard(allow_private, resolver, resolve)
-    first_url = {server_of(url): url for url in reversed(seeds)}
-    servers = list(dict.fromkeys(server_of(url) for url in seeds))
 
-    def problem(server: str) -> str | None:
-        url = first_url[server]
+    def problem(url: str) -> str | None:
         try:
             guard.check_url(url)
         except AddressRefused as exc:
@@ -98,14 +131,25 @@ def check_usable(
             return f"seed {url} does not resolve: {exc.strerror or exc}"
         return None
 
-    first_problem = None
+    first_problem: str | None = None
+    servers: set[str] = set()
+    count = 0
+    batch: list[str] = []  # the first seed of each server not asked yet
+    size = 1  # the first seed alone (usually usable), then a few servers at a time
     with ThreadPoolExecutor(max_workers=RESOLVE_CONCURRENCY) as pool:
-        for start in range(0, len(servers), RESOLVE_CONCURRENCY):
-            problems = list(pool.map(problem, servers[start : start + RESOLVE_CONCURRENCY]))
-            if None in problems:
-                return
-            first_problem = first_problem or problems[0]
-    count = len(seeds)
+        for url in itertools.chain(seeds, [""]):  # "": the end, to ask the last batch
+            count += bool(url)
+            if url and server_of(url) not in servers:
+                servers.add(server_of(url))
+                batch.append(url)
+            if batch and (len(batch) == size or not url):
+                problems = list(pool.map(problem, batch))
+                if None in problems:
+                    return
+                first_problem = first_problem or problems[0]
+                batch, size = [], RESOLVE_CONCURRENCY
+    if first_problem is None:
+        raise SeedError("no seed URLs given")
     raise SeedError(
         first_problem if count == 1 else f"none of the {count} seeds is usable: {first_problem}"
     )
