@@ -141,9 +141,9 @@ class AddressGuard:
 
     def _verdict(self, host: str, port: int) -> str | list[str] | None:
         """A refusal, or the checked addresses."""
-        if _is_ip_literal(host.strip("[]")):
-            addresses = [host.strip("[]")]
-        elif host in self._resolve:
+        if self.allow_private and _is_ip_literal(host):
+            return [host]  # nothing to resolve, nothing to refuse
+        if host in self._resolve:
             addresses = [self._resolve[host]]
         elif is_reserved_invalid(host):
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
