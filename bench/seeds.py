@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from bench import harness
 from websim import WebSim, WebSpec, build_web, host_address
@@ -84,6 +85,9 @@ def main() -> None:
     parser = harness.arguments(__doc__, quick="2,000 seeds over 100 servers")
     parser.add_argument("--seeds", type=int, default=None, help="seed URLs (default 10,000)")
     parser.add_argument("--servers", type=int, default=None, help="websim servers (default 500)")
+    parser.add_argument(
+        "--nodes", type=int, default=None, help="crawler nodes (default: the allocation plan's)"
+    )
     args = parser.parse_args()
     seeds = args.seeds or (2_000 if args.quick else 10_000)
     servers = args.servers or (100 if args.quick else 500)
@@ -121,6 +125,7 @@ def main() -> None:
             str(root / "out"),
             "--crawl-id",
             "seeds",
+            *(["--nodes", str(args.nodes)] if args.nodes else []),
         ]
         # A user's Prefect database exists already: a first crawl of one seed creates it.
         warm_up = [str(CRAWLFLOW), "crawl", sim.hub_url, "--allow-private", "--max-pages", "1"]
@@ -146,6 +151,7 @@ def main() -> None:
     figures |= {
         "seed_lines": len(lines),
         "servers": servers,
+        "nodes": args.nodes,
         "names_unresolved": servers - len(resolve),
         "exit_code": process.returncode,
         "command_s": round(elapsed, 1),
@@ -176,8 +182,7 @@ def account(crawl_dir: Path, seed_file: Path, launched: datetime) -> dict[str, A
 
     seeds = read_seed_file(seed_file)
     con = duckdb.connect()
-    con.execute("CREATE TABLE seeds (url VARCHAR)")
-    con.executemany("INSERT INTO seeds VALUES (?)", [(url,) for url in seeds.urls])
+    con.register("seeds", pa.table({"url": seeds.urls}))
     fetches = str(crawl_dir / "fetches" / "*.parquet")
     con.execute(f"CREATE VIEW fetches AS SELECT * FROM read_parquet('{fetches}')")
     first = con.execute("SELECT min(fetch_time) FROM fetches").fetchone()
