@@ -85,7 +85,7 @@ def test_command_line_seeds_come_first_and_must_all_be_urls(tmp_path):
     assert scope.seeds == ["http://a.example/", "http://b.example/"]
     assert (scope.duplicates, len(scope.rejected)) == (1, 1)
     assert scope.hosts == ["a.example", "b.example"]
-    with pytest.raises(SeedError, match="bad seed 2"):
+    with pytest.raises(SeedError, match="bad seed: unsupported scheme in 'nope'"):
         build_scope(["http://a.example/", "nope"], None, [], ScopeSettings())
 
 

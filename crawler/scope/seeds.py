@@ -72,13 +72,13 @@ def build_scope(
 
 
 def command_line_seeds(seeds: Sequence[str]) -> list[str]:
-    """The canonical seeds given one by one; SeedError naming the first malformed one."""
+    """The canonical seeds given one by one; SeedError quoting the first malformed one."""
     urls = []
-    for number, seed in enumerate(seeds, 1):
+    for seed in seeds:
         try:
             urls.append(seed_url(seed))
         except BadUrl as exc:
-            raise SeedError(f"bad seed {number}: {exc}") from None
+            raise SeedError(f"bad seed: {exc}") from None
     return urls
 
 
