@@ -20,12 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from crawler.alerts import AlertSettings
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.content.settings import ContentSettings, ExtractSettings
 from crawler.fetching.politeness import RetrySettings
 from crawler.fetching.settings import FetchSettings
 from crawler.ratecontrol import LAW_SETTINGS, RateControlSettings
 from crawler.scheduling.settings import SchedulingSettings
+from crawler.scope.rules import ScopeSettings
 from crawler.scope.settings import LimitSettings
 from crawler.section import Section
 
@@ -72,6 +74,9 @@ class CrawlConfig(Section):
     fetch: FetchSettings = Field(
         default_factory=FetchSettings, description="how one HTTP request is made and cut off"
     )
+    scope: ScopeSettings = Field(
+        default_factory=ScopeSettings, description="which links the crawl follows"
+    )
     limits: LimitSettings = Field(
         default_factory=LimitSettings,
         description="what the crawl fetches at most, how deep, and when it stops",
@@ -103,6 +108,9 @@ class CrawlConfig(Section):
     )
     extract: ExtractSettings = Field(
         default_factory=ExtractSettings, description="fields of your own, per page"
+    )
+    alerts: AlertSettings = Field(
+        default_factory=AlertSettings, description="when a finished crawl counts as failed"
     )
 
     @model_validator(mode="before")

@@ -33,8 +33,18 @@ class CrawlRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seeds: list[str] = Field(min_length=1, description="start URLs; their servers are in scope")
-    allow: list[str] = Field(default_factory=list, description="extra servers HOST[:PORT] in scope")
+    seeds: list[str] = Field(
+        default_factory=list, description="start URLs; with [scope] they say what is in scope"
+    )
+    seeds_file: str | None = Field(
+        None,
+        description="more start URLs: a text file (one a line, # comments), or a .csv or "
+        ".parquet file with a url column; malformed lines are reported, not fatal",
+    )
+    allow: list[str] = Field(
+        default_factory=list,
+        description="more in scope: HOST, HOST:PORT, *.DOMAIN, or a URL prefix such as HOST/docs/",
+    )
     allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
     nodes: int | None = Field(
         None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
@@ -79,6 +89,12 @@ class CrawlRequest(BaseModel):
                 if name in data:
                     raise ValueError(f"{name} moved to config.{MOVED_TO_CONFIG[name]}")
         return data
+
+    @model_validator(mode="after")
+    def _some_seed(self) -> CrawlRequest:
+        if not self.seeds and self.seeds_file is None:
+            raise ValueError("no seed URLs given: seeds or seeds_file")
+        return self
 
     @model_validator(mode="after")
     def _since_needs_incremental(self) -> CrawlRequest:

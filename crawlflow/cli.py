@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -23,6 +23,9 @@ from crawler.scheduling.policies import Policy
 from runtime.environment import prepare_environment
 
 prepare_environment()
+
+if TYPE_CHECKING:
+    from crawler.request import CrawlRequest
 
 
 app = typer.Typer(
@@ -42,9 +45,23 @@ class CrawlInterrupted(Exception):
 
 @app.command()
 def crawl(
-    seeds: Annotated[list[str], typer.Argument(help="Start URLs; their servers are in scope.")],
+    seeds: Annotated[
+        list[str] | None,
+        typer.Argument(help="Start URLs; with [scope] mode they say what is in scope."),
+    ] = None,
+    seeds_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--seeds",
+            help="More start URLs: a text file (one a line, # comments), or .csv/.parquet with"
+            " a url column.",
+        ),
+    ] = None,
     allow: Annotated[
-        list[str] | None, typer.Option("--allow", help="Extra server HOST[:PORT] in scope.")
+        list[str] | None,
+        typer.Option(
+            "--allow", help="Also in scope: HOST, HOST:PORT, *.DOMAIN or a URL prefix HOST/PATH."
+        ),
     ] = None,
     allow_private: Annotated[
         bool, typer.Option("--allow-private", help="Allow loopback/private/link-local targets.")
@@ -101,15 +118,15 @@ def crawl(
         bool, typer.Option("--full", help="A full crawl from the seeds: revisit nothing.")
     ] = False,
 ) -> None:
-    """Crawl from SEEDS through the Prefect flow `crawl` and print a summary. Incremental by
-    default: the URLs of the newest earlier crawl of the same servers in --out are revisited
-    with conditional GETs, those most likely changed first."""
+    """Crawl from SEEDS (and the --seeds file) through the Prefect flow `crawl` and print a
+    summary. Incremental by default: the URLs of the newest earlier crawl of the same servers
+    in --out are revisited with conditional GETs, those most likely changed first. Exit code
+    3: the crawl crossed an [alerts] threshold (all it fetched is written and reported)."""
+    from crawler.alerts import AlertsRaised
     from crawler.config import read_config_file, with_overrides
     from crawler.request import crawl_request
-    from crawler.scope.seeds import resolve_scope
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
-    from storage.files import prepare_output_root
     from storage.lock import crawl_lock
     from storage.manifest import new_crawl_id
 
@@ -127,7 +144,8 @@ def crawl(
     crawl_id = crawl_id or new_crawl_id()
     request = crawl_request(
         {
-            "seeds": seeds,
+            "seeds": seeds or [],
+            "seeds_file": None if seeds_file is None else str(seeds_file.absolute()),
             "allow": allow or [],
             "allow_private": allow_private,
             "nodes": nodes,
@@ -139,18 +157,15 @@ def crawl(
             "config": settings,
         }
     )
-    # Fail fast, before Prefect and Ray start.
-    resolve_scope(request.seeds, request.allow, request.allow_private)
-    prepare_output_root(out)
-    if since is not None:
-        from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
-
-        require_earlier_crawl(out, since)  # before Prefect and Ray start
+    check_before_start(request)
     try:
         # Taken before Prefect and Ray start: a second command of this crawl id refuses at
         # once; the flow holds it on in this process (storage/lock.py).
-        with crawl_lock(out / crawl_id):
+        with crawl_lock(Path(request.out_dir) / crawl_id):
             summary = run_crawl(request)
+    except AlertsRaised as exc:
+        print_report(Path(exc.summary["out_dir"]), exc.summary)
+        raise
     except _crawl_failed() as exc:
         raise type(exc)(
             f"{exc}; what was committed is kept: run again with --crawl-id {crawl_id} "
@@ -162,6 +177,29 @@ def crawl(
             f"{request.crawl_id} (and --out {out}) to resume"
         ) from None
     print_report(Path(summary["out_dir"]), summary)
+
+
+def check_before_start(request: CrawlRequest) -> None:
+    """Everything about a crawl that can be checked before Prefect and Ray start, in one place
+    (the settings, --crawl-id and --since were checked with the request): the seeds and the
+    seed file, the --allow entries, that some seed is usable, that --out can be written, and
+    the earlier crawl --since names. Each problem is a one-line error."""
+    from crawler.scope.seeds import check_seeds
+    from storage.files import prepare_output_root
+
+    check_seeds(
+        request.seeds,
+        request.seeds_file,
+        request.allow,
+        request.allow_private,
+        request.config.fetch.resolve,
+    )
+    out = Path(request.out_dir)
+    prepare_output_root(out)
+    if request.since is not None:
+        from crawler.scheduling.recrawl import require_earlier_crawl  # only then: it imports DuckDB
+
+        require_earlier_crawl(out, request.since)
 
 
 @app.command()
@@ -317,6 +355,12 @@ def _crawl_failed() -> tuple[type[BaseException], ...]:
     return CrawlFailed, PrefectServerFailed
 
 
+def _alerts_raised() -> type[BaseException]:
+    from crawler.alerts import AlertsRaised
+
+    return AlertsRaised
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line `argv` (tests) or sys.argv (the command) and exit with its code;
     the command ends its process itself (see `_end_process`)."""
@@ -359,6 +403,9 @@ def _run(argv: list[str] | None) -> int:
     except _crawl_failed() as exc:
         _say(f"crawlflow: crawl failed: {exc}")
         return 1
+    except _alerts_raised() as exc:
+        _say(f"crawlflow: crawl failed its [alerts]: {exc}")
+        return 3
     return code if isinstance(code, int) else 0
 
 

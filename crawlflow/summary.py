@@ -25,6 +25,10 @@ SUMMARY_LABELS = {
     "trap_refusals": "refused as link traps",
     "family_skipped": "skipped: URL family kept failing",
     "left_at_deadline": "left at the deadline (resumable)",
+    "seeds": "seeds (unique, canonical)",
+    "seeds_duplicates": "seed lines repeating an earlier seed",
+    "seeds_malformed": "seed lines set aside as malformed",
+    "servers_unreachable": "servers that never answered",
     "bytes": "bytes received",
     "duration_s": "duration (s)",
     "pages_per_s": "pages per second",
@@ -40,8 +44,25 @@ def print_summary(
     table.add_column("measure")
     table.add_column("value", justify="right")
     for key, label in SUMMARY_LABELS.items():
-        table.add_row(label, str(summary.get(key)))
+        if key in summary or not key.startswith(("seeds", "servers_")):
+            table.add_row(label, str(summary.get(key)))
     console.print(table)
+    if summary.get("seeds_malformed_examples"):
+        examples = "; ".join(summary["seeds_malformed_examples"])
+        console.print(
+            f"malformed seed lines (all in {summary.get('out_dir', '')}/seeds/rejected.parquet):"
+            f" {examples}",
+            markup=False,
+        )
+    if summary.get("refused"):
+        refused = Table(title="URLs refused or failed, per reason (links not followed: per link)")
+        refused.add_column("reason")
+        refused.add_column("count", justify="right")
+        for reason, count in summary["refused"].items():
+            refused.add_row(reason, str(count))
+        console.print(refused)
+    for alert in summary.get("alerts", []):
+        console.print(f"alert: {alert}", markup=False)
     if hosts:
         shown = hosts[:15]
         per_host = Table(title=f"top {len(shown)} of {len(hosts)} servers by fetches")

@@ -16,8 +16,9 @@ from enum import StrEnum
 class ErrorClass(StrEnum):
     # No usable answer from the server (crawler/fetching/fetcher.py).
     CONNECT_TIMEOUT = "connect_timeout"
+    CONNECTION_REFUSED = "connection_refused"  # nothing listens there (the server is down)
     READ_TIMEOUT = "read_timeout"
-    CONNECTION_ERROR = "connection_error"
+    CONNECTION_ERROR = "connection_error"  # reset, broken off, no route, a name lookup failing
     DECODING_ERROR = "decoding_error"
     INVALID_URL = "invalid_url"
     HTTP_ERROR = "http_error"
@@ -36,6 +37,7 @@ class ErrorClass(StrEnum):
     HOST_BUDGET = "host_budget"
     SKIPPED = "skipped"  # detail: `DEADLINE_DETAIL`, or `FAMILY_ERRORS_DETAIL` and the family
     ADDRESS_REFUSED = "address_refused"
+    DNS_ERROR = "dns_error"  # the server's name does not resolve (crawler/scope/addresses.py)
     ROBOTS_UNAVAILABLE = "robots_unavailable"
     # A sitemap fetch not made because the node is stopping (never written as a row).
     STOPPED = "stopped"
@@ -68,17 +70,24 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # Error classes worth another try: the request may well succeed later. Invalid URLs, redirect
 # loops and oversized bodies will fail the same way.
 RETRY_ERRORS = frozenset(
-    {ErrorClass.CONNECT_TIMEOUT, ErrorClass.READ_TIMEOUT, ErrorClass.CONNECTION_ERROR}
+    {
+        ErrorClass.CONNECT_TIMEOUT,
+        ErrorClass.CONNECTION_REFUSED,
+        ErrorClass.READ_TIMEOUT,
+        ErrorClass.CONNECTION_ERROR,
+    }
 )
 # Classes of URLs refused before any request by crawler.scope.limits; like robots.txt refusals,
 # they do not spend the --max-pages budget.
 REFUSALS = (ErrorClass.URL_TOO_LONG, ErrorClass.TRAP, ErrorClass.HOST_BUDGET, ErrorClass.SKIPPED)
 # Classes of rows whose URL never passed the limits: refused by robots.txt or a limit, or
-# failed with their whole server (its address refused, robots.txt unavailable).
+# failed with their whole server (its address refused, its name unknown, robots.txt
+# unavailable).
 NOT_ADMITTED = (
     ErrorClass.ROBOTS_DISALLOWED,
     *REFUSALS,
     ErrorClass.ADDRESS_REFUSED,
+    ErrorClass.DNS_ERROR,
     ErrorClass.ROBOTS_UNAVAILABLE,
 )
 # The details of a `skipped` row: the crawl reached its deadline before fetching the URL (a

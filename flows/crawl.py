@@ -1,4 +1,5 @@
-"""The `crawl` flow: plan, allocate, launch nodes, crawl, close, collect, report."""
+"""The `crawl` flow: plan, allocate, launch nodes, crawl, close, collect, report; then the
+`[alerts]` verdict."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
+from crawler.alerts import AlertsRaised
 from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
@@ -18,9 +20,15 @@ from tasks.collect import collect_output
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes, require_committed
 from tasks.recrawl import plan_recrawl
-from tasks.report import report_crawl
+from tasks.report import report_crawl, seed_figures
 from tasks.resume import read_checkpoint
-from tasks.scope import scope_crawl
+from tasks.scope import scope_crawl, write_rejected_seeds
+
+# The nightly deployment's flow (prefect.yaml): the same flow, retried when a run fails. A
+# retried run keeps its crawl id (`default_crawl_id`), so it resumes: nothing fetched is
+# fetched again.
+NIGHTLY_RETRIES = 2
+NIGHTLY_RETRY_DELAY_S = 600
 
 
 def default_crawl_id() -> str:
@@ -31,16 +39,18 @@ def default_crawl_id() -> str:
 
 @flow(name="crawl", log_prints=True)
 def crawl(request: CrawlRequest) -> dict[str, Any]:
-    """Crawl from `request.seeds` within the seed servers plus `request.allow`, writing Parquet
-    to `out_dir/<crawl_id>/`. Run again with the same `crawl_id`, it resumes where the earlier
-    run stopped. Incremental (the default): every URL of the earlier crawl `since` (default:
-    the newest earlier crawl of the same servers in `out_dir`) is revisited with a conditional
-    GET, most likely changed first; `incremental=False` crawls from the seeds alone. Returns
-    the crawl summary."""
+    """Crawl from `request.seeds` (and `request.seeds_file`) within the scope `[scope]` and
+    `request.allow` give, writing Parquet to `out_dir/<crawl_id>/`. Run again with the same
+    `crawl_id`, it resumes where the earlier run stopped. Incremental (the default): every URL
+    of the earlier crawl `since` (default: the newest earlier crawl of the same servers in
+    `out_dir`) is revisited with a conditional GET, most likely changed first;
+    `incremental=False` crawls from the seeds alone. Returns the crawl summary; ends Failed
+    (AlertsRaised, with the summary) once everything is written if the crawl crossed an
+    `[alerts]` threshold."""
     crawl_id = request.crawl_id or default_crawl_id()
     out_dir, settings = request.out_dir, request.config
     max_pages = settings.limits.max_pages
-    scope = scope_crawl(request.seeds, request.allow, request.allow_private)
+    scope = scope_crawl(request)
     # One run per crawl directory, from the manifest through compaction (storage/lock.py).
     with crawl_lock(Path(out_dir) / crawl_id):
         revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
@@ -48,6 +58,8 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         depths = start_depths(scope.seeds, revisits)
         quiet_s = settings.output.resume_quiet_s
         checkpoint = read_checkpoint(out_dir, crawl_id, start, quiet_s, depths)
+        # After the checkpoint: a new crawl's directory must not exist before it looks.
+        write_rejected_seeds(Path(out_dir) / crawl_id, scope)
         specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings)
         fleet = launch_nodes(
             FleetPlan(
@@ -58,6 +70,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
                 scope_hosts=scope.hosts,
                 allow_private=request.allow_private,
                 revisits=revisits,
+                scope=scope.rules,
             )
         )
         try:
@@ -67,4 +80,12 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         require_committed(statuses)
         collect_output(out_dir, crawl_id)
         # Nodes used (planned, added, lost) beside the crawl's own summary.
-        return {**report_crawl(out_dir, crawl_id), "nodes": usage}
+        report = report_crawl(out_dir, crawl_id, seed_figures(scope), settings.alerts)
+        summary = {**report, "nodes": usage}
+    if summary["alerts"]:
+        raise AlertsRaised(summary["alerts"], summary)
+    return summary
+
+
+# Retried as a whole: Prefect runs the flow again in the same flow run.
+nightly = crawl.with_options(retries=NIGHTLY_RETRIES, retry_delay_seconds=NIGHTLY_RETRY_DELAY_S)

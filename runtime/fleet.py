@@ -19,6 +19,7 @@ from crawler.cluster.coordinator import Coordinator, ExchangeView, NodeHandle, R
 from crawler.config import CrawlConfig
 from crawler.node import NodeSettings, NodeStatus
 from crawler.scheduling.recrawl import Revisits
+from crawler.scope.rules import ScopeRules
 
 
 class PlannedNode(Protocol):
@@ -54,6 +55,7 @@ class FleetPlan:
     allow_private: bool
     # a recrawl's knowledge of the URLs (crawler/scheduling/recrawl.py)
     revisits: Revisits | None = None
+    scope: ScopeRules | None = None  # the links followed; None: those of scope_hosts, whole
 
     @property
     def crawl_dir(self) -> Path:
@@ -89,6 +91,7 @@ class FleetPlan:
             allow_private=self.allow_private,
             page_budget=None if self.config.limits.max_pages is None else 0,
             revisits=self.revisits,
+            scope=self.scope,
         )
 
 

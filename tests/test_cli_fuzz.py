@@ -61,6 +61,15 @@ def workdir(tmp_path_factory) -> Path:
     (root / "truncated" / "fetches").mkdir(parents=True)
     (root / "truncated" / "fetches" / "node-0-000001.parquet").write_bytes(b"PAR1\x00\x01")
     (root / "it's [1]").mkdir()
+    # Seed files and scope settings of every kind (issue 30).
+    (root / "seeds.txt").write_text("# seeds\nhttp://127.0.0.1:9/\nnot a url\n")
+    (root / "seeds.csv").write_text("url\nhttp://127.0.0.1:9/\n")
+    (root / "seeds-empty.txt").write_text("")
+    (root / "bad-regex.toml").write_text('[scope]\nexclude = ["(unclosed"]\n')
+    (root / "bad-mode.toml").write_text('[scope]\nmode = "subdomains"\n')
+    (root / "resolve.toml").write_text('[fetch.resolve]\n"a.example" = "127.0.0.1"\n')
+    (root / "read-only").mkdir()
+    (root / "read-only").chmod(0o555)
     return root
 
 
@@ -115,6 +124,13 @@ PATHS = st.sampled_from(
         "/proc/nope",
         "out/../out",
         "a-file/below",
+        "seeds.txt",
+        "seeds.csv",
+        "seeds-empty.txt",
+        "bad-regex.toml",
+        "bad-mode.toml",
+        "resolve.toml",
+        "read-only/out",
     ]
 )
 SEEDS = st.one_of(
@@ -135,6 +151,10 @@ SEEDS = st.one_of(
             "http://2002:7f00:1::1/",
             "http://[2002:7f00:1::1]/",
             "http://127.0.0.1:9/" + "p" * 3000,
+            "*.example.org",
+            "example.org/docs/",
+            "*example.org",
+            "http://127.0.0.1:9/docs/",
         ]
     ),
     st.text(max_size=40),
@@ -152,7 +172,7 @@ CRAWL_OPTIONS = st.one_of(
         st.sampled_from(["--max-pages", "--max-depth", "--nodes", "--deadline", "--target-ppm"]),
         NUMBERS,
     ),
-    st.tuples(st.sampled_from(["--out", "--config", "--quality-file"]), PATHS),
+    st.tuples(st.sampled_from(["--out", "--config", "--quality-file", "--seeds"]), PATHS),
     st.tuples(
         st.sampled_from(["--crawl-id", "--since"]),
         st.one_of(
@@ -249,3 +269,26 @@ def test_any_settings_file_ends_in_exit_0_or_one_line(entry_point, workdir, file
         path.write_text(content)
     argv = ["crawl", "http://127.0.0.1:9/", "--allow-private", "--config", str(path)]
     assert_clean(*entry_point(argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--out", "a-file"], "is not a directory"),
+        (["--out", "a-file/below"], "cannot write there"),
+        (["--seeds", "missing"], "cannot read seed file"),
+        (["--seeds", "binary.json"], "is binary"),
+        (["--seeds", "seeds-empty.txt"], "holds no URLs"),
+        (["--config", "bad-regex.toml"], "scope.exclude: [0] '(unclosed' is not a regular"),
+        (["--config", "bad-mode.toml"], "scope.mode"),
+        (["--allow", "*example.org"], "the forms are"),
+    ],
+)
+def test_each_bad_input_of_issue_30_is_one_line_before_anything_starts(entry_point, argv, fragment):
+    code, err = entry_point(["crawl", "http://127.0.0.1:9/", "--allow-private", *argv])
+    assert_clean(code, err)
+    assert code == 2 and fragment in err, err
+
+
+def test_a_seed_file_alone_reaches_the_start(entry_point):
+    assert entry_point(["crawl", "--seeds", "seeds.txt", "--allow-private"]) == (0, "")

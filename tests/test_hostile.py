@@ -365,7 +365,7 @@ def test_redirect_to_private_address_in_scope_is_refused(hostile_web, tmp_path, 
     monkeypatch.setattr(
         crawler.node.fetchloop,
         "AddressGuard",
-        lambda allow_private: AddressGuard(allow_private, resolver=resolver),
+        lambda allow_private, **settings: AddressGuard(allow_private, resolver, **settings),
     )
     seed = hostile_web.hostile_url("redirect_offsite")
     hostile_web.request_log(clear=True)

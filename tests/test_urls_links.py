@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from crawler.fetching.links import LinkResolver, parse_html
 from crawler.scope.addresses import AddressGuard, AddressRefused, refusal_reason
-from crawler.scope.urls import BadUrl, Scope, canonical_url, host_key, parse_allow
+from crawler.scope.rules import ScopeRules, ScopeSettings, parse_allow_entry
+from crawler.scope.urls import BadUrl, canonical_url, host_key
 
 
 def test_canonical_url_normalizes_spellings_of_one_resource():
@@ -26,10 +27,12 @@ def test_canonical_url_rejects_what_cannot_be_fetched(url):
 
 
 def test_scope_is_by_server_including_port():
-    scope = Scope({"127.0.1.1:8000", parse_allow("127.0.1.2:8000")})
-    assert "http://127.0.1.1:8000/p" in scope
-    assert "http://127.0.1.2:8000/" in scope
-    assert "http://127.0.1.1:8001/p" not in scope
+    scope = ScopeRules.build(
+        ScopeSettings(), ["http://127.0.1.1:8000/"], [parse_allow_entry("127.0.1.2:8000")]
+    )
+    assert scope.refusal("http://127.0.1.1:8000/p") is None
+    assert scope.refusal("http://127.0.1.2:8000/") is None
+    assert scope.refusal("http://127.0.1.1:8001/p") == "out_of_scope"
     assert host_key("http://127.0.1.1:8000/x?y") == "127.0.1.1:8000"
 
 
@@ -178,4 +181,5 @@ def test_guard_checks_every_resolved_address_without_connecting():
     with pytest.raises(AddressRefused, match="private address 10.0.0.7"):
         guard.check_url("http://mixed.example/")
     allowed = AddressGuard(allow_private=True, resolver=lambda h, p: answers[h])
-    assert allowed.check_url("http://mixed.example/") is None
+    # Allowed, a name is still resolved here, and the connection pinned to what it gave.
+    assert allowed.check_url("http://mixed.example/") == "93.184.216.34"

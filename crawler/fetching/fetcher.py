@@ -216,23 +216,75 @@ def looks_binary(body: bytes) -> bool:
     return _BINARY_BYTES.search(head) is not None
 
 
-def classify(exc: requests.RequestException) -> FetchError:
-    """The error of a failed request: its class, and the exception's message as detail."""
-    cause = exc.args[0] if exc.args else None
+def classify(exc: requests.RequestException, url: str) -> FetchError:
+    """The error of a failed request to `url`: its class, and what happened in words for a
+    person (the libraries' messages name their own classes: `HTTPConnectionPool(...)`, "Max
+    retries exceeded")."""
+    server = url.split("/", 3)[2] if url.count("/") >= 2 else url
+    cause = _os_error(exc)
     if isinstance(exc, requests.ConnectTimeout):
-        kind = ErrorClass.CONNECT_TIMEOUT
-    elif isinstance(exc, requests.ReadTimeout) or isinstance(cause, ReadTimeoutError):
+        return FetchError(ErrorClass.CONNECT_TIMEOUT, f"no connection to {server} in time")
+    if isinstance(exc, requests.ReadTimeout) or isinstance(
+        exc.args[0] if exc.args else None, ReadTimeoutError
+    ):
         # requests reports a timeout while streaming as ConnectionError
-        kind = ErrorClass.READ_TIMEOUT
-    elif isinstance(exc, requests.exceptions.ContentDecodingError):
-        kind = ErrorClass.DECODING_ERROR
-    elif isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
-        kind = ErrorClass.CONNECTION_ERROR  # ChunkedEncodingError: the connection broke mid-body
-    elif isinstance(exc, requests.TooManyRedirects | requests.exceptions.InvalidURL):
-        kind = ErrorClass.INVALID_URL
-    else:
-        kind = ErrorClass.HTTP_ERROR
-    return FetchError(kind, str(exc)[:200])
+        return FetchError(ErrorClass.READ_TIMEOUT, f"{server} stopped sending in time")
+    if isinstance(exc, requests.exceptions.ContentDecodingError):
+        return FetchError(ErrorClass.DECODING_ERROR, "the body does not decode as its encoding")
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return FetchError(ErrorClass.CONNECTION_ERROR, "the connection broke off mid-body")
+    if isinstance(exc, requests.ConnectionError):
+        if isinstance(cause, ConnectionRefusedError):
+            return FetchError(ErrorClass.CONNECTION_REFUSED, f"{server} refused the connection")
+        if isinstance(cause, socket.gaierror):
+            host = server.rsplit(":", 1)[0] if not server.endswith("]") else server
+            return FetchError(ErrorClass.CONNECTION_ERROR, f"the name lookup of {host} failed")
+        if isinstance(cause, TimeoutError | socket.timeout):
+            return FetchError(ErrorClass.CONNECT_TIMEOUT, f"no connection to {server} in time")
+        reason = _reason(cause)
+        return FetchError(
+            ErrorClass.CONNECTION_ERROR,
+            f"connection to {server} failed" + (f": {reason}" if reason else ""),
+        )
+    if isinstance(exc, requests.TooManyRedirects | requests.exceptions.InvalidURL):
+        return FetchError(ErrorClass.INVALID_URL, "not a URL a request can be made to")
+    reason = _reason(cause)
+    return FetchError(ErrorClass.HTTP_ERROR, reason or "the exchange failed")
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The operating system's error at the root of a library exception, if there is one:
+    requests wraps urllib3's, which wraps the socket's (in `args`, `reason` or the chain)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        if isinstance(current, socket.gaierror | TimeoutError):
+            return current
+        pending += [
+            linked
+            for linked in (
+                *current.args[:1],
+                getattr(current, "reason", None),
+                current.__cause__,
+                current.__context__,
+            )
+            if isinstance(linked, BaseException)
+        ]
+    return None
+
+
+def _reason(error: OSError | None) -> str | None:
+    """An OS error in words (`Connection reset by peer`), lower case; None if there is none."""
+    if error is None:
+        return None
+    text = error.strerror or (str(error.args[0]) if error.args else "")
+    return text[:1].lower() + text[1:] if text else None
 
 
 class _Watchdog:
@@ -512,7 +564,7 @@ class ServerSession:
                 result.ip_address = timed.peer_address
             self._read_body(response, result)
         except requests.RequestException as exc:
-            result.error = classify(exc)
+            result.error = classify(exc, url)
         finally:
             # Released before the response is closed, so the watchdog never shuts a socket
             # that is already closed (its descriptor may belong to a new one by then).

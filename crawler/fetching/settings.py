@@ -3,6 +3,8 @@ robots.txt (a section of the settings tree, `crawler.config`)."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import Field, field_validator
 
 from crawler.section import Section
@@ -38,6 +40,34 @@ class FetchSettings(Section):
         description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml), fetched "
         "over its connection at its pace",
     )
+
+    resolve: dict[str, str] = Field(
+        default_factory=dict,
+        description="host name -> IP address to connect to instead of asking DNS, as curl's "
+        "--resolve does; the address guard still checks the address (--allow-private)",
+    )
+
+    @field_validator("resolve")
+    @classmethod
+    def _names_and_addresses(cls, value: dict[str, str]) -> dict[str, str]:
+        resolved: dict[str, str] = {}
+        for name, address in value.items():
+            host = name.strip().lower().rstrip(".")
+            labels = host.split(".")
+            if (
+                not host
+                or any(not label or len(label) > 63 for label in labels)
+                or any(
+                    not (char.isascii() and (char.isalnum() or char in "-_"))
+                    for char in host.replace(".", "")
+                )
+            ):
+                raise ValueError(f"{name[:100]!r} is not a host name (no port, no scheme)")
+            try:
+                resolved[host] = str(ipaddress.ip_address(address.strip()))
+            except ValueError:
+                raise ValueError(f"{name}: {address[:100]!r} is not an IP address") from None
+        return resolved
 
     @field_validator("user_agent")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import Counter
 
 from crawler.cluster.status import Counters
 from crawler.fetching.fetcher import ServerSession
@@ -26,8 +27,8 @@ from crawler.scheduling.quality import make_quality_model
 from crawler.scheduling.server import ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import UrlLimits
+from crawler.scope.rules import ScopeRules
 from crawler.scope.traps import ParamStripper
-from crawler.scope.urls import Scope
 
 UNLIMITED = 1 << 62
 
@@ -40,7 +41,12 @@ class NodeCore:
         self.node_id = settings.node_id
         self.crawl_id = settings.crawl_id
         self.config = config = settings.config
-        self.scope = Scope(set(settings.scope_hosts))
+        # A copy of its own: its refusal counts are this node's.
+        self.scope = (
+            dataclasses.replace(settings.scope, refused=Counter())
+            if settings.scope is not None
+            else ScopeRules.of_servers(settings.scope_hosts)
+        )
         self.max_depth = config.limits.max_depth
         self.lock = threading.Condition()
         self.frontier = Frontier(config.scheduling)

@@ -5,6 +5,7 @@ queue."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import urljoin
 
@@ -42,18 +43,22 @@ class Discovery:
         source_url = source.url
         source_host = server_of(source_url)
         targets: list[str] = []
-        scope = core.scope.hosts
+        refused: Counter[str] = Counter()
         for link in links:
             try:
                 url = link if canonical else canonical_url(urljoin(source_url, link))
                 url = core.strip_params(url)
             except ValueError:  # BadUrl, or what urljoin cannot parse (a Location "http://[::1")
                 continue
-            if server_of(url) in scope:
+            reason = core.scope.refusal(url)
+            if reason is None:
                 targets.append(url)
+            else:
+                refused[reason] += 1
         core.observe_page(source_url, targets)
         new: list[Item] = []
         with core.lock:
+            core.scope.refused.update(refused)
             descent = self._descent(source, targets, redirects)
             for url in targets:
                 host = server_of(url)
@@ -111,7 +116,7 @@ class Discovery:
                     url = core.strip_params(canonical_url(entry.url))
                 except ValueError:
                     continue
-                if host_key(url) != server.host:
+                if host_key(url) != server.host or core.scope.refusal(url) is not None:
                     continue
                 boost = 0.0
                 if revisits is not None and revisits.changed_since(url, entry.lastmod):

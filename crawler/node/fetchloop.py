@@ -28,7 +28,7 @@ from crawler.ratecontrol import make_in_flight_limit
 from crawler.scheduling.failures import is_failure, is_slow
 from crawler.scheduling.server import ServerState
 from crawler.scheduling.urlqueue import UrlTask
-from crawler.scope.addresses import AddressGuard, AddressRefused
+from crawler.scope.addresses import AddressGuard, AddressRefused, unresolvable
 from crawler.scope.traps import content_shape, url_family
 from crawler.scope.urls import server_of
 from errors import DEADLINE, ErrorClass, FetchError, family_errors
@@ -66,7 +66,7 @@ class FetchLoop:
         self._recorder = recorder
         self._discovery = discovery
         self._handover = handover
-        self._guard = AddressGuard(allow_private)
+        self._guard = AddressGuard(allow_private, resolve=core.config.fetch.resolve)
         self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
         # Mode "rtt": docs/rate-control.md's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
@@ -98,8 +98,9 @@ class FetchLoop:
     def serve(self, server: ServerState) -> None:
         """One connection's worth of work on one server."""
         session = self._core.session(server)
-        if server.refused is not None or not self._address_ok(server, session):
-            self._fail_queued(server, FetchError(ErrorClass.ADDRESS_REFUSED, server.refused))
+        refusal = self._address_refusal(server, session)
+        if refusal is not None:
+            self._fail_queued(server, refusal)
             return
         if server.robots is None and not self._load_robots(server, session):
             return
@@ -235,15 +236,21 @@ class FetchLoop:
 
     # ---- what a connection needs besides pages ----------------------------------------------
 
-    def _address_ok(self, server: ServerState, session: ServerSession) -> bool:
-        try:
-            session.pin(self._guard.check_url(f"{server.scheme}://{server.host}/"))
-        except AddressRefused as exc:
-            server.refused = str(exc)
-            return False
-        except OSError:
-            return True  # resolution failed: each fetch records its own network error
-        return True
+    def _address_refusal(self, server: ServerState, session: ServerSession) -> FetchError | None:
+        """Why the server's URLs cannot be fetched at all (its address refused, its name
+        unknown), or None."""
+        if server.refused is None:
+            try:
+                session.pin(self._guard.check_url(f"{server.scheme}://{server.host}/"))
+            except AddressRefused as exc:
+                server.refused = str(exc)
+            except OSError as exc:
+                # No such name: its URLs fail now. A resolver that did not answer may answer
+                # the next time: each fetch records its own network error.
+                return unresolvable(server.host.rsplit(":", 1)[0], exc)
+        if server.refused is not None:
+            return FetchError(ErrorClass.ADDRESS_REFUSED, server.refused)
+        return None
 
     def _load_robots(self, server: ServerState, session: ServerSession) -> bool:
         """Fetch the server's robots.txt; False while its rules are unknown."""

@@ -59,6 +59,7 @@ class NodeMetrics:
             (None, "pages", counters.pages),
             (None, "fetches", counters.fetches),
             (None, "urls_done", counters.urls_done),
+            *((None, f"refused_{reason}", count) for reason, count in core.scope.refused.items()),
         ]
         for answered in core.take_answered():
             server = core.servers.get(answered)

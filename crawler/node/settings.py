@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
 from crawler.scheduling.recrawl import Revisits
+from crawler.scope.rules import ScopeRules
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,5 @@ class NodeSettings:
     # validators of its conditional GET, and its revisit priority, which ranks it in the
     # scheduler where page quality would.
     revisits: Revisits | None
+    # The links it follows ([scope], the seeds, --allow); None: those of `scope_hosts`, whole.
+    scope: ScopeRules | None = None

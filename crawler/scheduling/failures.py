@@ -29,11 +29,12 @@ RECENT_ANSWERS = 3
 # Answers to other URLs that must have been fine, the latest among them, for a failure to be
 # the URL's own.
 FINE_NEEDED = 2
-# Fetch failures that take the server's time: no (complete) answer before a time limit, or a
-# connection that broke off after the request.
+# Fetch failures without a (complete) answer: a time limit, a connection refused, or one that
+# broke off after the request.
 SLOW_ERRORS = frozenset(
     {
         ErrorClass.CONNECT_TIMEOUT,
+        ErrorClass.CONNECTION_REFUSED,
         ErrorClass.READ_TIMEOUT,
         ErrorClass.FETCH_TIMEOUT,
         ErrorClass.CONNECTION_ERROR,

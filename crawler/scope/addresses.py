@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
+
+from errors import ErrorClass, FetchError
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -78,19 +80,54 @@ def refusal_reason(address: str) -> str | None:
     return None
 
 
-class AddressGuard:
-    """Checks hosts before the crawler connects; remembers answers per host."""
+# getaddrinfo's answers that say the name has no address (rather than "not now": EAI_AGAIN).
+_NO_SUCH_NAME = {
+    code
+    for code in (
+        getattr(socket, "EAI_NONAME", None),
+        getattr(socket, "EAI_NODATA", None),
+        getattr(socket, "EAI_FAIL", None),
+    )
+    if code is not None
+}
 
-    def __init__(self, allow_private: bool, resolver: Resolver = system_resolver) -> None:
+
+def is_reserved_invalid(host: str) -> bool:
+    """A name under `.invalid`, which never resolves (RFC 6761): answered here, no query
+    sent."""
+    return host.rstrip(".").lower().rpartition(".")[2] == "invalid"
+
+
+def unresolvable(host: str, exc: OSError) -> FetchError | None:
+    """The `dns_error` of a host whose name does not resolve, or None when the failure may
+    pass (the resolver did not answer in time): each fetch then records its own."""
+    if isinstance(exc, socket.gaierror) and exc.errno in _NO_SUCH_NAME:
+        return FetchError(ErrorClass.DNS_ERROR, f"the name {host} does not resolve")
+    return None
+
+
+class AddressGuard:
+    """Checks hosts before the crawler connects; remembers answers per host. `resolve`: names
+    answered without asking DNS (`[fetch] resolve`); their addresses are checked like any."""
+
+    def __init__(
+        self,
+        allow_private: bool,
+        resolver: Resolver = system_resolver,
+        resolve: Mapping[str, str] | None = None,
+    ) -> None:
         self.allow_private = allow_private
         self._resolver = resolver
+        self._resolve = {name.lower(): address for name, address in (resolve or {}).items()}
         self._verdicts: dict[str, str | list[str] | None] = {}
 
     def check_url(self, url: str) -> str | None:
         """The address to connect to for the URL's host: one that was checked, or None when
-        nothing needs pinning (an IP literal, or private addresses allowed). Raise
-        AddressRefused if the host resolves to a refused address (OSError if it does not
-        resolve at all; that is a network error, not a verdict, so it is not cached)."""
+        nothing needs pinning (an IP literal). Raise AddressRefused if the host resolves to a
+        refused address (OSError, a socket.gaierror, if it does not resolve at all; that is a
+        network error, not a verdict, so it is not cached). A name is resolved here even when
+        private addresses are allowed, so that the connection goes where `[fetch] resolve`
+        says and a `.invalid` name never reaches a DNS server."""
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -104,9 +141,16 @@ class AddressGuard:
 
     def _verdict(self, host: str, port: int) -> str | list[str] | None:
         """A refusal, or the checked addresses."""
+        if self.allow_private and _is_ip_literal(host):
+            return [host]  # nothing to resolve, nothing to refuse
+        if host in self._resolve:
+            addresses = [self._resolve[host]]
+        elif is_reserved_invalid(host):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        else:
+            addresses = self._resolver(host, port)
         if self.allow_private:
-            return None
-        addresses = self._resolver(host, port)
+            return addresses
         for address in addresses:
             reason = refusal_reason(address)
             if reason is not None:

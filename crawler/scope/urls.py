@@ -7,6 +7,7 @@ URL everywhere: in the frontier, in the seen set and in the Parquet output.
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -35,6 +36,14 @@ def canonical_url(url: str) -> str:
     if not parts.hostname:
         raise BadUrl(f"no host in {url!r}")
     netloc = parts.hostname.lower()
+    if ":" in netloc:
+        try:
+            ipaddress.IPv6Address(netloc.split("%", 1)[0])
+        except ValueError:
+            raise BadUrl(f"malformed host in {url[:200]!r}: not an IPv6 address") from None
+    elif any(char.isascii() and not (char.isalnum() or char in "-._") for char in netloc):
+        # A space, a quote, a percent sign...: no DNS name holds one.
+        raise BadUrl(f"malformed host in {url[:200]!r}: not a valid DNS name")
     try:
         # What name resolution will need: a label empty or over 63 characters fails here, once,
         # rather than at every lookup of the host.
@@ -64,23 +73,3 @@ def server_of(url: str) -> str:
     """`host_key` of a canonical URL, without parsing it (the hot paths: every link found)."""
     # A canonical URL reads scheme://server/...: the server is the third "/" field.
     return url.split("/", 3)[2]
-
-
-class Scope:
-    """The servers a crawl may fetch from: the seeds' servers plus those the user allowed."""
-
-    def __init__(self, hosts: set[str]) -> None:
-        self.hosts = frozenset(h.lower() for h in hosts)
-
-    def __contains__(self, url_or_host: str) -> bool:
-        host = host_key(url_or_host) if "://" in url_or_host else url_or_host
-        return host in self.hosts
-
-
-def parse_allow(entry: str) -> str:
-    """Turn an `--allow HOST[:PORT]` entry into a server key like `host_key` gives."""
-    probe = entry if "://" in entry else f"http://{entry}"
-    try:
-        return host_key(canonical_url(probe))
-    except BadUrl as exc:
-        raise BadUrl(f"bad --allow entry {entry!r}: {exc}") from None
