@@ -274,7 +274,11 @@ class FetchLoop:
         problem = f"{result.error or result.status}"
         try:
             rules = RobotsRules.from_response(
-                status, result.body.decode("utf-8", "replace"), now, config.fetch.robots_retry_s
+                status,
+                result.body.decode("utf-8", "replace"),
+                now,
+                config.fetch.robots_retry_s,
+                config.fetch.robots_max_rules,
             )
         except Exception as exc:
             # A robots.txt that sets off a bug is one that cannot be read: tried again, then
@@ -325,7 +329,11 @@ class FetchLoop:
         failure: FetchError | None = None
         try:
             entries = read_sitemaps(
-                server.host, sitemap_urls(origin, server.robots.sitemaps), fetch
+                server.host,
+                sitemap_urls(origin, server.robots.sitemaps),
+                fetch,
+                core.config.fetch.sitemap_max_entries,
+                core.config.fetch.sitemap_max_entries_per_server,
             )
             added = self._discovery.queue_sitemap_entries(server, entries)
         except Exception as exc:

@@ -17,6 +17,11 @@ server not measured yet is costed with the node-wide means, which move as other 
 measured; its entry keeps the value from when it was ranked, until its next change. Versions
 come from one counter per frontier, so the entries a server left behind when it moved to
 another node stay stale when it comes back.
+
+Queues are bounded (docs/scheduling.md#bounds): `full` says when a server's queue, or the whole
+node's, holds as many URLs as its settings allow; the node then records a new URL instead of
+queueing it (a `skipped: queue_full` row beside its `discovered` row, which a resumed crawl
+reads), so memory grows with the work done, not with the links the pages claim.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from crawler.scheduling.policies import ConnectionStats, StatsPrior, make_policy
 from crawler.scheduling.server import NOT_PLACED, READY, WAITING, ServerState, Tally
 from crawler.scheduling.settings import SchedulingSettings
 from crawler.scheduling.urlqueue import FairUrls, UrlTask
+from errors import QUEUE_FULL_DETAIL, ErrorClass, FetchError
+
+SERVER_QUEUE_FULL = FetchError(ErrorClass.SKIPPED, f"{QUEUE_FULL_DETAIL}: server")
+NODE_QUEUE_FULL = FetchError(ErrorClass.SKIPPED, f"{QUEUE_FULL_DETAIL}: node")
 
 
 class Frontier:
@@ -96,6 +105,16 @@ class Frontier:
 
     def queued(self) -> int:
         return self._tally.urls
+
+    def full(self, server: ServerState) -> FetchError | None:
+        """Why no new URL of `server` may be queued now: its own queue (new URLs and retries)
+        or the node's is at its bound (`[scheduling] max_queued_per_server`,
+        `max_queued_per_node`); None while there is room."""
+        if server.pending() >= self._settings.max_queued_per_server:
+            return SERVER_QUEUE_FULL
+        if self._tally.urls >= self._settings.max_queued_per_node:
+            return NODE_QUEUE_FULL
+        return None
 
     def acquire(self, now: float) -> ServerState | None:
         """Open a connection: the best-ranked idle server with URLs that may be contacted now.
