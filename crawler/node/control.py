@@ -215,7 +215,11 @@ class CrawlerNode:
         self._stop_threads()
         with self.core.lock:
             tasks = [task for server in self.core.servers.values() for task in server.drain()]
-        self.loop.unfetched(tasks)
+        # A batch of rows at a time: a full node queue (a million URLs) as rows at once would
+        # cost more memory than the queue itself.
+        rows = self.core.config.output.write_batch_rows
+        for start in range(0, len(tasks), rows):
+            self.loop.unfetched(tasks[start : start + rows])
         self.recorder.flush()
         return len(tasks)
 

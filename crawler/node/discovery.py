@@ -89,7 +89,7 @@ class Discovery:
                 targets.append(url)
             else:
                 refused[reason] += 1
-        core.observe_page(source_url, targets)
+        core.observe_page(source_url, self._within_room(targets))
         new: list[Item] = []
         skipped: Skipped = []
         skipped_urls: set[str] = set()  # two links of the page may be one URL once stripped
@@ -133,6 +133,34 @@ class Discovery:
         host = server.host
         new_links = [url for url in targets if url not in server.seen and server_of(url) == host]
         return source.descent + 1 if descends(source.url, new_links) else 0
+
+    def _within_room(self, urls: list[str]) -> list[str]:
+        """The URLs no queue bound leaves out now: those of other nodes' servers, those seen
+        already, and as many new ones of each server as its queue and the node's have room
+        for. Only these go into the page-quality graph (`observe_page`), which keeps every URL
+        it is given: a URL left out must cost no memory."""
+        core = self._core
+        frontier = core.frontier
+        with core.lock:
+            if frontier.has_room(len(urls)):
+                return urls  # the usual case
+            node_room = frontier.node_room()
+            rooms: dict[str, int] = {}
+            kept: list[str] = []
+            for url in urls:
+                server = core.servers.get(server_of(url))
+                if server is None or url in server.seen:
+                    kept.append(url)
+                    continue
+                room = rooms.get(server.host)
+                if room is None:
+                    room = frontier.server_room(server)
+                if room > 0 and node_room > 0:
+                    kept.append(url)
+                    room -= 1
+                    node_room -= 1
+                rooms[server.host] = room
+            return kept
 
     def send_foreign(self, items: list[Item]) -> None:
         """Sent only once their `discovered` rows are recorded: a takeover flushes the live
