@@ -220,3 +220,62 @@ def test_a_servers_sitemaps_give_at_most_their_bounds():
     assert len(entries) == 1000  # four files of 300, the last one cut at 100
     assert len(fetched) == 5 <= MAX_SITEMAP_FILES
     assert {entry.url for entry in entries} >= {f"http://h.test/p{n}" for n in range(300)}
+
+
+def test_urls_left_out_cost_no_memory_in_the_page_quality_graph():
+    core, discovery, _ = node(scheduling={"max_queued_per_server": 50})
+    discovery.discover(page_links(HOSTS[0], 80), SOURCE, 1, [], canonical=True)
+    quality = core._quality  # PageRank over what the node keeps (crawler/scheduling/quality.py)
+    assert len(quality) == 1 + 50  # the page itself and the URLs queued
+
+
+def test_the_quick_room_test_agrees_with_the_queues():
+    core, discovery, _ = node(scheduling={"max_queued_per_server": 100, "max_queued_per_node": 150})
+    frontier = core.frontier
+    assert frontier.has_room(50) and not frontier.has_room(51)  # past max - half: looked at
+    discovery.discover(page_links(HOSTS[0], 60), SOURCE, 1, [], canonical=True)
+    assert frontier.has_room(40) and not frontier.has_room(41)  # the crowded server's room
+    discovery.discover(page_links(HOSTS[1], 60), SOURCE, 1, [], canonical=True)
+    assert frontier.has_room(30) and not frontier.has_room(31)  # the node's room
+
+
+@pytest.mark.integration  # websim
+def test_a_resumed_crawl_with_a_raised_bound_fetches_what_a_full_queue_left_out(tmp_path: Path):
+    from runtime.backends import crawl_in_process, start_fleet
+    from runtime.fleet import single_node
+    from storage.checkpoint import load_checkpoint
+    from storage.views import connect
+    from websim import WebSim, WebSpec
+
+    spec = WebSpec(hosts=1, pages=60, seed=5, rate_limit_rps=None, latency_ms=(0.0, 0.0))
+    fast = {"rate_control": {"mode": "fixed", "fixed": {"delay_s": 0.0}}}
+    with WebSim(spec) as web:
+        expected = web.reachable_allowed_urls()
+        tight = CrawlConfig.model_validate({**fast, "scheduling": {"max_queued_per_server": 3}})
+        crawl_in_process(single_node("c", str(tmp_path), tight, web.servers), [web.hub_url])
+        crawl_dir = tmp_path / "c"
+        con = connect(crawl_dir)
+        left_out = con.execute(
+            "SELECT count(DISTINCT url) FROM fetches WHERE error LIKE 'skipped: queue_full%'"
+        ).fetchone()
+        assert left_out is not None and left_out[0] > 0
+        checkpoint = load_checkpoint(crawl_dir, [web.hub_url])
+        assert checkpoint.pending  # the URLs left out, waiting for a resume
+
+        fleet = start_fleet(
+            single_node("c", str(tmp_path), CrawlConfig.model_validate(fast), web.servers),
+            "inprocess",
+        )
+        try:
+            coordinator = fleet.coordinator()
+            coordinator.resume(checkpoint.pending, checkpoint.done, checkpoint.admitted)
+            coordinator.run(poll_s=0.02)
+        finally:
+            fleet.stop()
+        fetched = (
+            connect(crawl_dir)
+            .execute("SELECT url, count(*) FROM fetches WHERE fetch_status = 200 GROUP BY url")
+            .fetchall()
+        )
+    assert {url for url, _ in fetched} >= expected
+    assert all(count == 1 for _, count in fetched)  # nothing fetched twice
