@@ -111,3 +111,8 @@ def is_retryable(status: int | None, error: FetchError | str | None) -> bool:
         return status is None
     kind = error.kind if isinstance(error, FetchError) else ErrorClass.of(error)
     return kind in RETRY_ERRORS
+
+
+# The detail of a `skipped` row whose URL was found while its server's or node's queue was full
+# (crawler.scheduling.frontier): left for later like the deadline's, a resumed crawl fetches it.
+QUEUE_FULL_DETAIL = "queue_full"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from errors import DEADLINE, NOT_ADMITTED, ErrorClass, FetchError, is_retryable
+from errors import DEADLINE, NOT_ADMITTED, QUEUE_FULL_DETAIL, ErrorClass, FetchError, is_retryable
 
 
 def is_final(status: int | None, error: FetchError | str | None) -> bool:
@@ -43,6 +43,10 @@ def _class_in(classes: tuple[ErrorClass, ...]) -> str:
 # before any request or failed with their whole server.
 ADMITTED_SQL = f"attempt = 1 AND url_path <> '/robots.txt' AND NOT {_class_in(NOT_ADMITTED)}"
 
-# Rows of URLs the crawl's deadline left queued say only that they were not fetched: resume
-# and takeover read past them, so the URL is pending with the attempt it was waiting for.
-NOT_LEFT_AT_DEADLINE = f"coalesce(error, '') NOT LIKE '{DEADLINE}%'"
+# Rows of URLs the crawl's deadline left queued, or a full queue never queued
+# (`skipped: queue_full`), say only that they were not fetched: resume and takeover read past
+# them, so the URL is pending with the attempt it was waiting for.
+NOT_LEFT_AT_DEADLINE = (
+    f"coalesce(error, '') NOT LIKE '{DEADLINE}%' "
+    f"AND coalesce(error, '') NOT LIKE '{ErrorClass.SKIPPED}: {QUEUE_FULL_DETAIL}%'"
+)

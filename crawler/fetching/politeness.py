@@ -11,6 +11,17 @@ import random
 from dataclasses import dataclass
 
 from protego import Protego
+
+# Protego's own reading of a line, so that the rule cap counts exactly the rules it would keep
+# (its spelling variants too). Private names: protego is pinned in constraints.txt, and
+# tests/test_bounds.py fails if a new version reads lines differently.
+from protego._protego import (
+    _ALLOW_DIRECTIVE,
+    _DISALLOW_DIRECTIVE,
+    _SITE_WIDE_DIRECTIVES,
+    _USER_AGENT_DIRECTIVE,
+    _extract_directive,
+)
 from pydantic import Field, model_validator
 
 # Which results are worth another try is the commit/resume rule's, defined once in storage.
@@ -25,6 +36,11 @@ BAN_STATUSES = frozenset({429, 503})
 
 # RFC 9309 asks crawlers to parse at least 500 KiB of a robots.txt; past that, we stop reading.
 ROBOTS_MAX_CHARS = 500 * 1024
+# Allow/Disallow rules kept per user agent (`[fetch] robots_max_rules`): checking a URL costs up
+# to one match per rule of its agent, and 500 KiB hold about 25,000 of them (26 ms of CPU per
+# URL checked, issue 29). Real files stay far below: Wikipedia's has about 500 lines.
+ROBOTS_MAX_RULES = 1000
+_RULE_DIRECTIVES = _ALLOW_DIRECTIVE | _DISALLOW_DIRECTIVE
 
 
 class Backoff:
@@ -143,15 +159,25 @@ class RobotsRules:
     """
 
     def __init__(
-        self, parser: Protego | None, disallow_all: bool = False, retry_at: float | None = None
+        self,
+        parser: Protego | None,
+        disallow_all: bool = False,
+        retry_at: float | None = None,
+        rules_dropped: int = 0,
     ) -> None:
         self._parser = parser
         self._disallow_all = disallow_all
         self.retry_at = retry_at
+        self.rules_dropped = rules_dropped  # past `max_rules` (see `from_text`)
 
     @classmethod
-    def from_text(cls, text: str) -> RobotsRules:
-        return cls(Protego.parse(text[:ROBOTS_MAX_CHARS]))
+    def from_text(cls, text: str, max_rules: int = ROBOTS_MAX_RULES) -> RobotsRules:
+        """The rules of the first `ROBOTS_MAX_CHARS` of a robots.txt, and of those the first
+        `max_rules` Allow/Disallow rules that apply to each user agent, in the file's order:
+        the later ones are ignored as the bytes past the size limit are, so checking a URL
+        costs at most `max_rules` matches whatever the file holds."""
+        lines, dropped = capped_rules(text[:ROBOTS_MAX_CHARS], max_rules)
+        return cls(Protego.parse("\n".join(lines)), rules_dropped=dropped)
 
     @classmethod
     def allow_all(cls) -> RobotsRules:
@@ -163,13 +189,18 @@ class RobotsRules:
 
     @classmethod
     def from_response(
-        cls, status: int | None, text: str | None, now: float, retry_in_s: float
+        cls,
+        status: int | None,
+        text: str | None,
+        now: float,
+        retry_in_s: float,
+        max_rules: int = ROBOTS_MAX_RULES,
     ) -> RobotsRules:
         """Rules for a robots.txt fetch that ended with `status` (None: no answer)."""
         if status is None or status >= 500 or status == 429:
             return cls.unreachable(now, retry_in_s)
         if 200 <= status < 300:
-            return cls.from_text(text or "")
+            return cls.from_text(text or "", max_rules)
         # 3xx left here means the redirect was not followed to a robots file: treat as missing.
         return cls.allow_all()
 
@@ -202,3 +233,43 @@ class RobotsRules:
         if rate is not None and rate.requests > 0:
             delays.append(rate.seconds / rate.requests)
         return max(delays) if delays else None
+
+
+def capped_rules(text: str, max_rules: int) -> tuple[list[str], int]:
+    """The lines of a robots.txt without the Allow/Disallow lines past the first `max_rules`
+    rules of any user agent they apply to, and how many lines were left out.
+
+    Counted as protego builds its rule sets: a group (user-agent lines, then rules) adds its
+    rules to the set of every agent it names, groups naming one agent share that set, and an
+    agent with a `*` inside also names the agent without it. A line counts as the rules protego
+    makes of it (two for a `$` or an allowed `index.html`). A line is kept only while every
+    set it goes to has room, so no set ever holds more than `max_rules` rules."""
+    kept: list[str] = []
+    counts: dict[str, int] = {}
+    group: set[str] = set()  # the rule sets the current group's rules go to
+    previous: str | None = None  # the field of the last line that counts for grouping
+    dropped = 0
+    for line in text.splitlines():
+        content = line.split("#", 1)[0].strip()
+        parsed = _extract_directive(content) if content else None
+        if parsed is None:
+            kept.append(line)
+            continue
+        field, value = parsed
+        if field in _USER_AGENT_DIRECTIVE:
+            if previous is not None and previous not in _USER_AGENT_DIRECTIVE:
+                group = set()
+            agent = value.strip().lower()
+            group |= {agent, agent.replace("*", "") if agent != "*" else ""} - {""}
+        elif value and group and field in _RULE_DIRECTIVES:
+            rules = 2 if "$" in value or value.endswith("index.html") else 1
+            if any(counts.get(name, 0) + rules > max_rules for name in group):
+                dropped += 1
+                previous = field
+                continue
+            for name in group:
+                counts[name] = counts.get(name, 0) + rules
+        if field not in _SITE_WIDE_DIRECTIVES:
+            previous = field
+        kept.append(line)
+    return kept, dropped

@@ -7,7 +7,11 @@ import ipaddress
 
 from pydantic import Field, field_validator
 
+from crawler.fetching.politeness import ROBOTS_MAX_RULES
 from crawler.section import Section
+
+MAX_SITEMAP_ENTRIES = 50_000  # per sitemap file: the sitemaps protocol's own limit
+MAX_SITEMAP_ENTRIES_PER_SERVER = 50_000
 
 
 class FetchSettings(Section):
@@ -33,12 +37,31 @@ class FetchSettings(Section):
     robots_retry_s: float = Field(
         30.0, gt=0, description="wait before re-asking for a robots.txt that failed (5xx, network)"
     )
+    robots_max_rules: int = Field(
+        ROBOTS_MAX_RULES,
+        ge=1,
+        description="Allow/Disallow rules of robots.txt kept per user agent, the first ones "
+        "in the file; later ones are ignored as bytes past 500 KiB are (each URL checked costs "
+        "one match per rule: about 0.4 ms at 1000)",
+    )
     # Off by default: a sitemap is extra requests on every server (a /sitemap.xml probe where
     # robots.txt names none), and they count as URLs admitted when a crawl resumes.
     sitemaps: bool = Field(
         False,
         description="read each server's sitemaps (robots.txt Sitemap:, /sitemap.xml), fetched "
         "over its connection at its pace",
+    )
+    sitemap_max_entries: int = Field(
+        MAX_SITEMAP_ENTRIES,
+        ge=1,
+        description="entries read from one sitemap file, the first ones (the sitemaps "
+        "protocol's own limit; each costs about 1.6 KB while the server's sitemaps are read)",
+    )
+    sitemap_max_entries_per_server: int = Field(
+        MAX_SITEMAP_ENTRIES_PER_SERVER,
+        ge=1,
+        description="entries read from one server's sitemaps together; no further sitemap "
+        "file is fetched once they are reached",
     )
 
     resolve: dict[str, str] = Field(

@@ -22,7 +22,7 @@ from pathlib import Path
 from crawler.cluster.peerlink import PeerLink
 from crawler.cluster.status import NodeStatus
 from crawler.node.core import NodeCore
-from crawler.node.discovery import Discovery
+from crawler.node.discovery import Discovery, Skipped
 from crawler.node.fetchloop import FetchLoop
 from crawler.node.handover import Handover
 from crawler.node.metrics import NodeMetrics
@@ -47,7 +47,7 @@ class CrawlerNode:
         self._link = link
         crawl_dir = Path(settings.out_dir) / settings.crawl_id
         self.recorder = Recorder(core, crawl_dir)
-        self.discovery = Discovery(core, link)
+        self.discovery = Discovery(core, link, self.recorder)
         self.handover = Handover(core, link.settings.heartbeat_s, self._ensure_workers)
         self.loop = FetchLoop(
             core, self.recorder, self.discovery, self.handover, settings.allow_private
@@ -64,10 +64,12 @@ class CrawlerNode:
 
     def add_urls(self, items: Iterable[Item]) -> int:
         """Queue canonical URLs (with their depth) of servers this node owns; returns how many
-        were new."""
+        were new. One past a queue bound gets a `skipped: queue_full` row instead (its
+        `discovered` row is the sender's: the seeds' step, or the node that found it)."""
         core = self.core
         added = 0
         elsewhere: list[Item] = []
+        skipped: Skipped = []
         with core.lock:
             for url, depth in items:
                 host = host_key(url)
@@ -77,10 +79,11 @@ class CrawlerNode:
                     continue
                 if url in server.seen:
                     continue
-                core.queue(server, UrlTask(url, depth, quality=core.score(url)))
-                added += 1
+                task = UrlTask(url, depth, quality=core.score(url))
+                added += self.discovery.queue_new(server, task, skipped)
             if added:
                 core.changed()
+        self.discovery.record_skipped(skipped)
         if elsewhere:
             self._link.forward(elsewhere)
         return added
@@ -90,8 +93,11 @@ class CrawlerNode:
     ) -> None:
         """Resume from a checkpoint: `done` URLs are never fetched again, `pending` ones
         (url, depth, attempt of the next try) are queued; retries go first. `admitted`: the
-        URLs the first run let through crawler.scope.limits, which count against them again."""
+        URLs the first run let through crawler.scope.limits, which count against them again.
+        New URLs past a queue bound get a `skipped: queue_full` row again (their `discovered`
+        rows stay, so the next resume tries them again)."""
         core = self.core
+        skipped: Skipped = []
         with core.lock:
             for host, counts in counts_of(admitted).items():
                 core.servers[host].limits.add(counts)
@@ -103,10 +109,11 @@ class CrawlerNode:
                 # The depth inside its server is not in the output: the crawl depth bounds it.
                 task = UrlTask(url, depth, attempt, core.score(url), host_depth=depth)
                 if attempt == 1:
-                    core.queue(server, task)
+                    self.discovery.queue_new(server, task, skipped)
                 else:
                     core.queue_retry(server, task)
             core.changed()
+        self.discovery.record_skipped(skipped)
 
     def grant(self, pages: int) -> None:
         """Allow this node to start `pages` more URLs (the driver enforces --max-pages)."""
@@ -208,7 +215,11 @@ class CrawlerNode:
         self._stop_threads()
         with self.core.lock:
             tasks = [task for server in self.core.servers.values() for task in server.drain()]
-        self.loop.unfetched(tasks)
+        # A batch of rows at a time: a full node queue (a million URLs) as rows at once would
+        # cost more memory than the queue itself.
+        rows = self.core.config.output.write_batch_rows
+        for start in range(0, len(tasks), rows):
+            self.loop.unfetched(tasks[start : start + rows])
         self.recorder.flush()
         return len(tasks)
 

@@ -1,27 +1,60 @@
 """Where the URLs a node finds go: links of its pages and redirect targets into its own
 servers' queues, those of other nodes' servers to their owners (through the node's link to the
 exchange, the one routing path between nodes), and a server's sitemap entries into its
-queue."""
+queue.
+
+What it takes in is bounded (docs/scheduling.md#bounds): the first `[limits]
+max_links_per_page` links of a page, and no URL past its server's or the node's queue bound
+(`Frontier.full`): such a URL still gets its `discovered` row, and a `skipped: queue_full` row
+instead of a place in the queue, so a resumed crawl finds it."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from itertools import islice
 from urllib.parse import urljoin
 
 from crawler.cluster.peerlink import PeerLink
 from crawler.fetching.sitemaps import SitemapEntry
 from crawler.node.core import NodeCore
+from crawler.node.recorder import Recorder
 from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.traps import descends
 from crawler.scope.urls import canonical_url, host_key, server_of
+from errors import FetchError
+
+# URLs not queued because a queue was full, with why (`Frontier.full`).
+Skipped = list[tuple[UrlTask, FetchError]]
 
 
 class Discovery:
-    def __init__(self, core: NodeCore, link: PeerLink) -> None:
+    def __init__(self, core: NodeCore, link: PeerLink, recorder: Recorder) -> None:
         self._core = core
         self._link = link
+        self._recorder = recorder
+
+    def queue_new(self, server: ServerState, task: UrlTask, skipped: Skipped) -> bool:
+        """Queue a URL of an owned server not seen yet, unless a queue bound is reached: then
+        it goes to `skipped` (not seen: found again once there is room, it is queued). Under
+        the lock."""
+        full = self._core.frontier.full(server)
+        if full is not None:
+            skipped.append((task, full))
+            return False
+        self._core.queue(server, task)
+        return True
+
+    def record_skipped(self, skipped: Skipped) -> None:
+        """The `skipped: queue_full` rows of URLs `queue_new` left out, one batch per reason.
+        Their `discovered` rows are the caller's (a resumed crawl reads those)."""
+        by_error: dict[FetchError, list[UrlTask]] = {}
+        for task, error in skipped:
+            by_error.setdefault(error, []).append(task)
+        for error, tasks in by_error.items():
+            self._recorder.unfetched(tasks, error)
+            self._core.count_unfetched(len(tasks))
 
     def discover(
         self,
@@ -36,7 +69,8 @@ class Discovery:
         those of other nodes' servers it has not sent yet; returns both, for the
         discovered-URL log a resumed crawl reads. `redirects`: how many redirects in a row led
         to these links (a Location header). `canonical`: the links are canonical already
-        (parse_html's), which saves joining and canonicalizing them again."""
+        (parse_html's), which saves joining and canonicalizing them again. Only the first
+        `max_links_per_page` links are taken."""
         core = self._core
         if core.max_depth is not None and depth > core.max_depth:
             return []
@@ -44,7 +78,7 @@ class Discovery:
         source_host = server_of(source_url)
         targets: list[str] = []
         refused: Counter[str] = Counter()
-        for link in links:
+        for link in islice(links, core.config.limits.max_links_per_page):
             try:
                 url = link if canonical else canonical_url(urljoin(source_url, link))
                 url = core.strip_params(url)
@@ -55,8 +89,10 @@ class Discovery:
                 targets.append(url)
             else:
                 refused[reason] += 1
-        core.observe_page(source_url, targets)
+        core.observe_page(source_url, self._within_room(targets))
         new: list[Item] = []
+        skipped: Skipped = []
+        skipped_urls: set[str] = set()  # two links of the page may be one URL once stripped
         with core.lock:
             core.scope.refused.update(refused)
             descent = self._descent(source, targets, redirects)
@@ -64,15 +100,16 @@ class Discovery:
                 host = server_of(url)
                 server = core.servers.get(host)
                 if server is not None:
-                    if url in server.seen:
+                    if url in server.seen or url in skipped_urls:
                         continue
                     # Depth inside the server: from where the crawl entered it.
                     host_depth = source.host_depth + 1 if host == source_host else 0
                     task = UrlTask(url, depth, quality=core.score(url), host_depth=host_depth)
                     if host == source_host:
                         task.descent = descent
-                    core.queue(server, task)
-                    if redirects:
+                    if not self.queue_new(server, task, skipped):
+                        skipped_urls.add(url)
+                    elif redirects:
                         server.redirects[url] = redirects
                 elif self._link.admit(url):
                     foreign.append((url, depth))
@@ -81,6 +118,7 @@ class Discovery:
                 new.append((url, depth))
             if new:
                 core.changed()
+        self.record_skipped(skipped)
         return new
 
     def _descent(self, source: UrlTask, targets: list[str], redirects: int) -> int:
@@ -96,6 +134,34 @@ class Discovery:
         new_links = [url for url in targets if url not in server.seen and server_of(url) == host]
         return source.descent + 1 if descends(source.url, new_links) else 0
 
+    def _within_room(self, urls: list[str]) -> list[str]:
+        """The URLs no queue bound leaves out now: those of other nodes' servers, those seen
+        already, and as many new ones of each server as its queue and the node's have room
+        for. Only these go into the page-quality graph (`observe_page`), which keeps every URL
+        it is given: a URL left out must cost no memory."""
+        core = self._core
+        frontier = core.frontier
+        with core.lock:
+            if frontier.has_room(len(urls)):
+                return urls  # the usual case
+            node_room = frontier.node_room()
+            rooms: dict[str, int] = {}
+            kept: list[str] = []
+            for url in urls:
+                server = core.servers.get(server_of(url))
+                if server is None or url in server.seen:
+                    kept.append(url)
+                    continue
+                room = rooms.get(server.host)
+                if room is None:
+                    room = frontier.server_room(server)
+                if room > 0 and node_room > 0:
+                    kept.append(url)
+                    room -= 1
+                    node_room -= 1
+                rooms[server.host] = room
+            return kept
+
     def send_foreign(self, items: list[Item]) -> None:
         """Sent only once their `discovered` rows are recorded: a takeover flushes the live
         nodes' rows, then finds there every URL a dead node had been sent."""
@@ -105,11 +171,14 @@ class Discovery:
     def queue_sitemap_entries(self, server: ServerState, entries: list[SitemapEntry]) -> list[Item]:
         """Queue the sitemap's new URLs of this server (depth 0: like seeds); in a recrawl,
         put the known URLs whose `lastmod` is newer than their last visit before all others
-        (queued now if the budget had left them out). Returns the URLs added."""
+        (queued now if the budget had left them out). Returns the URLs added, and those a queue
+        bound left out (their `skipped: queue_full` rows are recorded here)."""
         core = self._core
         revisits = core.revisits
         added: list[Item] = []
         raised: set[str] = set()
+        skipped: Skipped = []
+        skipped_urls: set[str] = set()
         with core.lock:
             for entry in entries:
                 try:
@@ -125,9 +194,10 @@ class Discovery:
                 # A known URL the recrawl did not seed (a page budget left it out) comes in only
                 # when its lastmod says it changed.
                 known = revisits is not None and revisits.known(url) is not None
-                if url not in server.seen and (boost or not known):
+                if url not in server.seen and url not in skipped_urls and (boost or not known):
                     task = UrlTask(url, 0, quality=core.score(url) + boost, urgent=bool(boost))
-                    core.queue(server, task)
+                    if not self.queue_new(server, task, skipped):
+                        skipped_urls.add(url)
                     added.append((url, 0))
             if raised:
                 # Re-ranked in place: the server is ours (busy) and its count does not change.
@@ -139,4 +209,5 @@ class Discovery:
                     server.queue.push(task)
             if added:
                 core.changed()
+        self.record_skipped(skipped)
         return added

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import threading
 import time
 from dataclasses import dataclass
 
@@ -51,6 +52,10 @@ class Answer:
 # A worker holding a server sleeps until its next request only if that is this close; a longer
 # wait gives the connection slot to another server (politeness must not idle the node).
 LINGER_S = 0.25
+# Pages parsed at once per node: parsing a page costs about 40 times its size while it lasts
+# (80 MB for a page of 100,000 links), so with one parse per connection the node's memory
+# would follow its connections. Two keep a node's share of the CPU (docs/scheduling.md#bounds).
+PARSE_SLOTS = 2
 
 
 class FetchLoop:
@@ -68,6 +73,7 @@ class FetchLoop:
         self._handover = handover
         self._guard = AddressGuard(allow_private, resolve=core.config.fetch.resolve)
         self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
+        self._parsing = threading.BoundedSemaphore(PARSE_SLOTS)
         # Mode "rtt": docs/rate-control.md's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
             core.config.rate_control, core.config.scheduling.max_connections, time.monotonic()
@@ -165,9 +171,10 @@ class FetchLoop:
             retry_in = None
         with core.lock:
             hops = 0 if retry_in is not None else server.redirects.pop(task.url, 0)
-        outcome = outcome_of(
-            result, task.attempt, retry_in, hops, core.config.fetch.max_redirects, given_up
-        )
+        with self._parsing:
+            outcome = outcome_of(
+                result, task.attempt, retry_in, hops, core.config.fetch.max_redirects, given_up
+            )
         limits, counts = core.limits, server.limits
         if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
             self._skip_family(server, url_family(task.url))
@@ -274,7 +281,11 @@ class FetchLoop:
         problem = f"{result.error or result.status}"
         try:
             rules = RobotsRules.from_response(
-                status, result.body.decode("utf-8", "replace"), now, config.fetch.robots_retry_s
+                status,
+                result.body.decode("utf-8", "replace"),
+                now,
+                config.fetch.robots_retry_s,
+                config.fetch.robots_max_rules,
             )
         except Exception as exc:
             # A robots.txt that sets off a bug is one that cannot be read: tried again, then
@@ -325,7 +336,11 @@ class FetchLoop:
         failure: FetchError | None = None
         try:
             entries = read_sitemaps(
-                server.host, sitemap_urls(origin, server.robots.sitemaps), fetch
+                server.host,
+                sitemap_urls(origin, server.robots.sitemaps),
+                fetch,
+                core.config.fetch.sitemap_max_entries,
+                core.config.fetch.sitemap_max_entries_per_server,
             )
             added = self._discovery.queue_sitemap_entries(server, entries)
         except Exception as exc:

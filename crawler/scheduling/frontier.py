@@ -17,6 +17,11 @@ server not measured yet is costed with the node-wide means, which move as other 
 measured; its entry keeps the value from when it was ranked, until its next change. Versions
 come from one counter per frontier, so the entries a server left behind when it moved to
 another node stay stale when it comes back.
+
+Queues are bounded (docs/scheduling.md#bounds): `full` says when a server's queue, or the whole
+node's, holds as many URLs as its settings allow; the node then records a new URL instead of
+queueing it (a `skipped: queue_full` row beside its `discovered` row, which a resumed crawl
+reads), so memory grows with the work done, not with the links the pages claim.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from crawler.scheduling.policies import ConnectionStats, StatsPrior, make_policy
 from crawler.scheduling.server import NOT_PLACED, READY, WAITING, ServerState, Tally
 from crawler.scheduling.settings import SchedulingSettings
 from crawler.scheduling.urlqueue import FairUrls, UrlTask
+from errors import QUEUE_FULL_DETAIL, ErrorClass, FetchError
+
+SERVER_QUEUE_FULL = FetchError(ErrorClass.SKIPPED, f"{QUEUE_FULL_DETAIL}: server")
+NODE_QUEUE_FULL = FetchError(ErrorClass.SKIPPED, f"{QUEUE_FULL_DETAIL}: node")
 
 
 class Frontier:
@@ -49,6 +58,9 @@ class Frontier:
         self._waiting: list[tuple[float, int, str]] = []  # (ready_at, version, host)
         self._turns = itertools.count()
         self._versions = itertools.count(1)
+        # Servers holding at least half their queue bound: the only ones `has_room` checks.
+        self._half = (settings.max_queued_per_server + 1) // 2
+        self._crowded: set[str] = set()
 
     def add_server(self, server: ServerState) -> None:
         """Own a server, new or arrived from another node: ranked with this node's own
@@ -69,11 +81,13 @@ class Frontier:
         server.tally = self._tally
         self._tally.urls += server.pending()
         self.servers[server.host] = server
+        self._count_crowded(server)
         self._requeue(server)
 
     def remove(self, server: ServerState) -> None:
         """Give up an idle server (it moves to another node): its heap entries go stale."""
         del self.servers[server.host]
+        self._crowded.discard(server.host)
         self._tally.urls -= server.pending()
         server.placed = NOT_PLACED
         server.version = next(self._versions)
@@ -84,6 +98,7 @@ class Frontier:
             server.scheme = scheme
         self._tally.urls += 1
         server.queue.push(task)
+        self._count_crowded(server)
         self._requeue(server)
 
     def push_retry(self, host: str, task: UrlTask, scheme: str) -> None:
@@ -92,10 +107,44 @@ class Frontier:
         if not server.pending() and not server.robots:
             server.scheme = scheme
         server.retry_later(task, 0.0)
+        self._count_crowded(server)
         self._requeue(server)
 
     def queued(self) -> int:
         return self._tally.urls
+
+    def full(self, server: ServerState) -> FetchError | None:
+        """Why no new URL of `server` may be queued now: its own queue (new URLs and retries)
+        or the node's is at its bound (`[scheduling] max_queued_per_server`,
+        `max_queued_per_node`); None while there is room."""
+        if server.pending() >= self._settings.max_queued_per_server:
+            return SERVER_QUEUE_FULL
+        if self._tally.urls >= self._settings.max_queued_per_node:
+            return NODE_QUEUE_FULL
+        return None
+
+    def server_room(self, server: ServerState) -> int:
+        """How many more URLs its queue bound lets `server` queue (the node's aside)."""
+        return max(0, self._settings.max_queued_per_server - server.pending())
+
+    def node_room(self) -> int:
+        """How many more URLs the node's queue bound lets it queue."""
+        return max(0, self._settings.max_queued_per_node - self._tally.urls)
+
+    def has_room(self, count: int) -> bool:
+        """Whether the node and every server may queue `count` more URLs: a quick test (only
+        the servers holding half their bound are looked at), true but on a crowded node."""
+        if count > self.node_room() or count > self._settings.max_queued_per_server - self._half:
+            return False
+        servers = self.servers
+        return all(self.server_room(servers[host]) >= count for host in self._crowded)
+
+    def _count_crowded(self, server: ServerState) -> None:
+        # Its queue only shrinks while it is busy, so a server is counted again on release.
+        if server.pending() >= self._half:
+            self._crowded.add(server.host)
+        else:
+            self._crowded.discard(server.host)
 
     def acquire(self, now: float) -> ServerState | None:
         """Open a connection: the best-ranked idle server with URLs that may be contacted now.
@@ -126,6 +175,7 @@ class Frontier:
         server.busy = False
         server.batch = 0
         server.queue.set_head_size(self.policy.head_size(server))
+        self._count_crowded(server)
         self._requeue(server)
 
     def next_ready_time(self) -> float | None:

@@ -37,6 +37,19 @@ class SchedulingSettings(Section):
         lt=1,
         description="w in est <- w*est + (1-w)*measured (connection stats)",
     )
+    max_queued_per_server: int = Field(
+        100_000,
+        ge=1,
+        description="URLs queued for one server (new and retries); a URL found past it is not "
+        "queued but gets a `discovered` row and a `skipped: queue_full` row, and a resumed "
+        "crawl fetches it (docs/scheduling.md#bounds)",
+    )
+    max_queued_per_node: int = Field(
+        1_000_000,
+        ge=1,
+        description="URLs queued on one node, all its servers together (about 0.6 KB each with "
+        "their seen set and page-quality graph); past it, as past max_queued_per_server",
+    )
 
     @field_validator("quality_file")
     @classmethod

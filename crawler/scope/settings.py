@@ -58,6 +58,12 @@ class LimitSettings(Section):
     max_depth_per_host: int = Field(
         30, ge=0, description="links followed inside one server from where the crawl entered it"
     )
+    max_links_per_page: int = Field(
+        10_000,
+        ge=1,
+        description="links followed from one page, the first ones in document order; the "
+        "others are dropped (the `pages` row's outlink_count still counts them all)",
+    )
     family_error_budget: int = Field(
         20,
         ge=1,
