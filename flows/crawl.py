@@ -64,6 +64,6 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
             usage = drive_crawl(fleet, start, checkpoint, depths)
         finally:
             close_nodes(fleet)
-        collect_output(out_dir, crawl_id)
+        collect_output(out_dir, crawl_id, settings.output.warc_file_bytes)
         # Nodes used (planned, added, lost) beside the crawl's own summary.
         return {**report_crawl(out_dir, crawl_id), "nodes": usage}
