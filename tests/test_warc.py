@@ -15,7 +15,7 @@ from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
-from storage.warc import WARC_DIR, read_record
+from storage.warc import WARC_DIR
 from storage.writer import discard_uncommitted
 from websim import WebSim, WebSpec
 
