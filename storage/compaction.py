@@ -37,7 +37,7 @@ from typing import IO, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.durable import SyncedFile, is_whole_parquet, sync, write_synced
+from storage.durable import SyncedFile, is_whole_parquet, remove_quietly, sync, write_synced
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.warc import (
     WARC_DIR,
@@ -97,21 +97,30 @@ def compact(crawl_dir: Path, warc_file_bytes: int = WARC_FILE_BYTES) -> Compacti
         merged.update({n: fs for n, fs in inputs.items() if n in COMMITTED_DATASETS and fs})
     target = batch_file_name(PREFIX, next_free_sequence(directories, PREFIX))
     moved: dict[str, tuple[str, int]] = {}  # batch WARC file -> merged file, offset shift
-    for name, batch_files in warc_plan.items():
-        moved.update(merge_warc_files(batch_files, warc / f"{name}.tmp", name))
-    for name, files in merged.items():
-        relocations = moved if name == COMMITTED_DATASETS[-1] else {}
-        _merge(files, DATASETS[name], crawl_dir / name / f"{target}.tmp", relocations)
-    # The merged files' names, on the disk before a journal names them.
-    for directory in [crawl_dir / name for name in merged] + ([warc] if warc_plan else []):
-        sync(directory)
-    journal = {
-        "target": target,
-        "replaces": {n: [f.name for f in fs] for n, fs in merged.items()},
-        "warc": {name: [f.name for f in fs] for name, fs in warc_plan.items()},
-    }
     temporary = crawl_dir / f"{JOURNAL}.tmp"
-    write_synced(temporary, [json.dumps(journal).encode()])
+    written = [temporary]
+    try:
+        for name, batch_files in warc_plan.items():
+            written.append(warc / f"{name}.tmp")
+            moved.update(merge_warc_files(batch_files, written[-1], name))
+        for name, files in merged.items():
+            written.append(crawl_dir / name / f"{target}.tmp")
+            relocations = moved if name == COMMITTED_DATASETS[-1] else {}
+            _merge(files, DATASETS[name], written[-1], relocations)
+        # The merged files' names, on the disk before a journal names them.
+        for directory in [crawl_dir / name for name in merged] + ([warc] if warc_plan else []):
+            sync(directory)
+        journal = {
+            "target": target,
+            "replaces": {n: [f.name for f in fs] for n, fs in merged.items()},
+            "warc": {name: [f.name for f in fs] for name, fs in warc_plan.items()},
+        }
+        write_synced(temporary, [json.dumps(journal).encode()])
+    except Exception:
+        # Undecided: the merged files are garbage. Removed now, not at the next run, so that
+        # a disk the merge filled (it needs room for a copy of the WARC files) has it back.
+        remove_quietly(written)
+        raise
     os.replace(temporary, crawl_dir / JOURNAL)
     sync(crawl_dir)
     finish_compaction(crawl_dir)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -293,5 +295,27 @@ def test_a_journal_whose_merged_warc_file_never_reached_the_disk_is_dropped(tmp_
 
     assert not (crawl_dir / JOURNAL).exists()
     assert not list(crawl_dir.rglob("*.tmp"))
+    assert warc_files(crawl_dir) == batches
+    assert records_of_rows(crawl_dir) == records
+
+
+def test_a_merge_the_disk_cannot_hold_removes_its_copies(tmp_path, monkeypatch):
+    crawl_dir = tmp_path / "night-1"
+    archived_output(crawl_dir)
+    batches = warc_files(crawl_dir)
+    records = records_of_rows(crawl_dir)
+    real_write = os.write
+
+    def full_for_merged_warc(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("-00002.warc.gz.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_merged_warc)
+    with pytest.raises(OSError):
+        compact(crawl_dir, warc_file_bytes=1)  # a file per batch: the second fails
+    monkeypatch.undo()
+
+    assert not list(crawl_dir.rglob("*.tmp"))  # the first merged file's room given back
     assert warc_files(crawl_dir) == batches
     assert records_of_rows(crawl_dir) == records
