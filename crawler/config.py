@@ -30,6 +30,7 @@ from crawler.scheduling.settings import SchedulingSettings
 from crawler.scope.rules import ScopeSettings
 from crawler.scope.settings import LimitSettings
 from crawler.section import Section
+from storage.warc import WARC_FILE_BYTES
 
 
 class ConfigError(ValueError):
@@ -42,6 +43,12 @@ class OutputSettings(Section):
 
     warc: bool = Field(
         True, description="archive every HTTP exchange to WARC/1.1 files beside the Parquet"
+    )
+    warc_file_bytes: int = Field(
+        WARC_FILE_BYTES,
+        ge=1,
+        description="size the WARC files are merged to when the crawl ends (one file per batch "
+        "until then), as Common Crawl's are about 1 GB",
     )
     write_batch_rows: int = Field(2000, ge=1, description="rows buffered per Parquet file")
     write_interval_s: float = Field(5.0, gt=0, description="longest time rows stay buffered")

@@ -78,7 +78,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         finally:
             statuses = close_nodes(fleet)
         require_committed(statuses)
-        collect_output(out_dir, crawl_id)
+        collect_output(out_dir, crawl_id, settings.output.warc_file_bytes)
         # Nodes used (planned, added, lost) beside the crawl's own summary.
         report = report_crawl(out_dir, crawl_id, seed_figures(scope), settings.alerts)
         summary = {**report, "nodes": usage}

@@ -12,8 +12,14 @@ in memory when it is recorded, and the WARC file of batch `<node>-<n>`,
 name, synced, renamed into place before the batch's Parquet files); a file on the disk is
 never appended to. So every WARC file under its final name reads to its end, a committed
 row's file always exists, and a WARC file no committed row points into is a batch that
-failed or died before its commit, which `discard_uncommitted_warc` removes. Compaction merges
-only the Parquet files and leaves the WARC files as they are, so the offsets stay valid.
+failed or died before its commit, which `discard_uncommitted_warc` removes.
+
+Files like Common Crawl's: once the crawl is over, compaction (`storage.compaction`) merges
+each node's batch files, in batch order, into files of about `[output] warc_file_bytes`
+(default 1 GB) named `<crawl_id>-<node>-<n>.warc.gz`, unique across crawls and nodes
+(`merge_warc_files`): each a new warcinfo record, then the batches' records byte for byte
+(gzip members are copied, never recompressed), so a record keeps its WARC-Record-ID and
+digest, and the merged `fetches` rows get the new file name and offset.
 
 Bodies are archived as the crawler received them after undoing any Content-Encoding (gzip,
 br): the record's HTTP headers give the decoded `Content-Length`, so every record is readable
@@ -26,7 +32,9 @@ which the `fetches` row repeats in `warc_record_id`.
 from __future__ import annotations
 
 import io
+import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
@@ -38,7 +46,7 @@ import pyarrow.parquet as pq
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from storage.durable import is_whole_parquet
+from storage.durable import SyncedFile, is_whole_parquet
 
 WARC_DIR = "warc"
 # The most a record's gzip member is read and decompressed to by `warc-get`: far above what the
@@ -46,6 +54,10 @@ WARC_DIR = "warc"
 # bound), far below what would hurt.
 MAX_RECORD_BYTES = 1 << 30
 SUFFIX = ".warc.gz"
+# The size compaction rolls the merged WARC files at, as Common Crawl's are about 1 GB.
+WARC_FILE_BYTES = 1_000_000_000
+# How much of a file a merge copies at a time.
+COPY_BYTES = 1 << 20
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 # Headers that describe the bytes on the wire, not the decoded body the record holds.
 _WIRE_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
@@ -116,11 +128,7 @@ class WarcBatchWriter:
         """The WARC file of batch `batch_file` holding `exchanges` (a warcinfo record, then
         theirs, in order), and the `fetches` columns that locate each answer record in it."""
         name = warc_name(batch_file)
-        buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=True, warc_version="1.1")
-        info = {"software": "crawlflow", "format": "WARC File Format 1.1"}
-        writer.write_record(writer.create_warcinfo_record(name, info))
-        chunks = [buffer.getvalue()]
+        chunks = [warcinfo_record(name)]
         offset = len(chunks[0])
         locations = []
         for exchange in exchanges:
@@ -191,6 +199,103 @@ class WarcBatchWriter:
             http_headers=http,
             warc_headers_dict=warc_headers,
         )
+
+
+def warcinfo_record(file_name: str) -> bytes:
+    """The warcinfo record that opens the WARC file `file_name`, as one gzip member."""
+    buffer = io.BytesIO()
+    writer = WARCWriter(buffer, gzip=True, warc_version="1.1")
+    info = {"software": "crawlflow", "format": "WARC File Format 1.1"}
+    writer.write_record(writer.create_warcinfo_record(file_name, info))
+    return buffer.getvalue()
+
+
+# A batch's file (`storage.writer` numbers batches with 6 digits) and a merged one.
+_BATCH_FILE = re.compile(r"(?P<node>.+)-\d{6}" + re.escape(SUFFIX))
+
+
+def _merged_file(crawl_id: str) -> re.Pattern[str]:
+    return re.compile(re.escape(crawl_id) + r"-(?P<node>.+)-(?P<n>\d{5,})" + re.escape(SUFFIX))
+
+
+def merged_warc_name(crawl_id: str, node: str, number: int) -> str:
+    return f"{crawl_id}-{node}-{number:05d}{SUFFIX}"
+
+
+def plan_warc_files(directory: Path, crawl_id: str, file_bytes: int) -> dict[str, list[Path]]:
+    """The merged files to make of the batch files in `directory` (a crawl's `warc/`), each
+    with the batch files it holds: per node, in batch order, a new file once the next batch
+    would take it past `file_bytes` (a batch larger than that is a file of its own). Numbered
+    after the node's merged files already there (a crawl resumed after its compaction)."""
+    merged = _merged_file(crawl_id)
+    batches: dict[str, list[Path]] = {}
+    numbers: dict[str, int] = {}
+    for path in sorted(directory.glob(f"*{SUFFIX}")) if directory.is_dir() else []:
+        if match := merged.fullmatch(path.name):
+            node = match["node"]
+            numbers[node] = max(numbers.get(node, 0), int(match["n"]))
+        elif match := _BATCH_FILE.fullmatch(path.name):
+            batches.setdefault(match["node"], []).append(path)
+    plan: dict[str, list[Path]] = {}
+    for node, paths in batches.items():
+        number, size = numbers.get(node, 0), 0
+        for path in paths:  # sorted by name: by batch number
+            path_bytes = path.stat().st_size
+            if number == numbers.get(node, 0) or size + path_bytes > file_bytes:
+                number, size = number + 1, 0
+            plan.setdefault(merged_warc_name(crawl_id, node, number), []).append(path)
+            size += path_bytes
+    return plan
+
+
+def merge_warc_files(
+    batch_files: list[Path], destination: Path, name: str
+) -> dict[str, tuple[str, int]]:
+    """Write `batch_files` as one WARC file `destination` (synced), named `name`: a warcinfo
+    record, then each file's records without its own warcinfo record, byte for byte. Returns,
+    for each batch file as `fetches.warc_filename` names it, the merged file's name and what
+    to add to an offset into it."""
+    moved: dict[str, tuple[str, int]] = {}
+    with SyncedFile(destination) as sink:
+        sink.write(warcinfo_record(name))
+        for path in batch_files:
+            with open(path, "rb") as source:
+                skipped = _warcinfo_length(source)
+                source.seek(skipped)
+                moved[f"{WARC_DIR}/{path.name}"] = (f"{WARC_DIR}/{name}", sink.tell() - skipped)
+                for chunk in iter(lambda: source.read(COPY_BYTES), b""):
+                    sink.write(chunk)
+    return moved
+
+
+def _warcinfo_length(file: io.BufferedReader) -> int:
+    """The length of the gzip member the file opens with if it is a warcinfo record (a batch
+    file's always is: a few hundred bytes, read whole with the first chunk), else 0."""
+    decompressor = zlib.decompressobj(wbits=31)
+    chunk = file.read(1 << 16)
+    try:
+        head = decompressor.decompress(chunk)
+    except zlib.error:
+        return 0
+    if not decompressor.eof or b"\r\nWARC-Type: warcinfo\r\n" not in head:
+        return 0
+    return len(chunk) - len(decompressor.unused_data)
+
+
+def relocated(
+    names: Iterable[str | None], offsets: Iterable[int | None], moved: dict[str, tuple[str, int]]
+) -> tuple[list[str | None], list[int | None]]:
+    """`fetches.warc_filename` and `warc_record_offset` values, pointing into the merged files
+    where `moved` (of `merge_warc_files`) says their batch files went."""
+    new_names: list[str | None] = []
+    new_offsets: list[int | None] = []
+    for name, offset in zip(names, offsets, strict=True):
+        if name in moved and offset is not None:
+            name, shift = moved[name]
+            offset += shift
+        new_names.append(name)
+        new_offsets.append(offset)
+    return new_names, new_offsets
 
 
 def discard_uncommitted_warc(crawl_dir: Path, prefix: str = "") -> list[Path]:

@@ -104,9 +104,9 @@ def batch_file_name(prefix: str, sequence: int) -> FileName:
 
 def next_free_sequence(directories: list[Path], prefix: str) -> int:
     """The batch number after the last one a predecessor with this prefix left, in any of
-    `directories`: Parquet batches and WARC files alike, temporary ones included. A compaction
-    removes the batches' Parquet files but never their WARC files, whose records committed
-    rows point into, so a resumed crawl must not number a batch as one of those."""
+    `directories`: Parquet batches and WARC files alike, temporary ones included, so that no
+    file a batch leaves is ever written over. (A compaction merges the batches' files,
+    WARC files included, into files of other names; a run after it numbers from 1 again.)"""
     taken = []
     for directory in directories:
         for path in directory.glob(f"{prefix}-*"):

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import errno
+import io
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from warcio.archiveiterator import ArchiveIterator
 
 import storage.compaction as compaction
 from storage.checkpoint import load_checkpoint
 from storage.compaction import JOURNAL, compact
 from storage.schema import COMMITTED_DATASETS, DATASETS
 from storage.views import connect
+from storage.warc import WARC_DIR, Exchange, WarcBatchWriter
 from storage.writer import CommitGroupWriter, ParquetDatasetWriter
 
 HOST = "a.test:80"
@@ -169,3 +176,146 @@ def test_a_journal_whose_merged_file_never_reached_the_disk_is_dropped(tmp_path,
     assert not (tmp_path / JOURNAL).exists()
     assert not list(tmp_path.rglob("*.tmp"))
     assert contents(tmp_path) == before
+
+
+# ---- WARC files ---------------------------------------------------------------------------------
+
+
+def archived_output(crawl_dir: Path, batches: int = 3) -> None:
+    """What two nodes leave with WARC on: `batches` committed batches each, a fetch apiece."""
+    for node in ("node-0", "node-1"):
+        group = CommitGroupWriter(
+            {name: (crawl_dir / name, DATASETS[name]) for name in COMMITTED_DATASETS},
+            prefix=node,
+            batch_rows=1_000,
+            interval_s=3600,
+            archive=WarcBatchWriter(crawl_dir),
+        )
+        for batch in range(batches):
+            url = f"http://{HOST}/{node}/{batch}"
+            body = f"<p>page {batch} of {node}</p>".encode() * 40
+            date = datetime(2025, 1, 1, tzinfo=UTC)
+            group.record(
+                {"fetches": [{"crawl_id": "c", "url": url, "fetch_status": 200, "attempt": 1}]},
+                Exchange(url, date, 200, {}, {"Content-Type": "text/html"}, body),
+            )
+            group.flush()
+
+
+def records_of_rows(crawl_dir: Path) -> dict[str, tuple[str, str]]:
+    """Asserts that each fetches row finds its own record at its pointer; returns each
+    record's URL and payload digest by WARC-Record-ID."""
+    rows = (
+        connect(crawl_dir)
+        .execute(
+            "SELECT url, warc_filename, warc_record_offset, warc_record_length, warc_record_id "
+            "FROM fetches"
+        )
+        .fetchall()
+    )
+    found = {}
+    for url, filename, offset, length, record_id in rows:
+        with open(crawl_dir / filename, "rb") as file:
+            file.seek(offset)
+            (record,) = ArchiveIterator(io.BytesIO(file.read(length)))
+        assert record.rec_headers.get_header("WARC-Target-URI") == url
+        assert record.rec_headers.get_header("WARC-Record-ID") == record_id
+        found[record_id] = (url, record.rec_headers.get_header("WARC-Payload-Digest"))
+    assert len(found) == len(rows) == 6
+    return found
+
+
+def warc_files(crawl_dir: Path) -> dict[str, list[str]]:
+    """Each WARC file's record types, as warcio reads them; fastwarc (checking digests) agrees."""
+    types = {}
+    for path in sorted((crawl_dir / WARC_DIR).iterdir()):
+        with open(path, "rb") as file:
+            types[path.name] = [record.rec_type for record in ArchiveIterator(file)]
+        fast = FastArchiveIterator(str(path), verify_digests=True)
+        assert sum(1 for _ in fast) == len(types[path.name])
+    return types
+
+
+def test_each_nodes_warc_files_become_one_named_by_crawl_and_node(tmp_path):
+    crawl_dir = tmp_path / "night-1"
+    archived_output(crawl_dir)
+    records = records_of_rows(crawl_dir)
+    assert len(warc_files(crawl_dir)) == 6  # a file per batch while the crawl runs
+
+    result = compact(crawl_dir)
+
+    assert (result.warc_files_before, result.warc_files_after) == (6, 2)
+    exchanges = ["request", "response"] * 3
+    assert warc_files(crawl_dir) == {
+        "night-1-node-0-00001.warc.gz": ["warcinfo", *exchanges],
+        "night-1-node-1-00001.warc.gz": ["warcinfo", *exchanges],
+    }
+    assert records_of_rows(crawl_dir) == records  # the same records, at their new places
+    # Another compaction finds nothing to merge, and keeps the files.
+    assert compact(crawl_dir).warc_files_before == 0
+    assert records_of_rows(crawl_dir) == records
+
+
+def test_warc_files_roll_at_the_size_set(tmp_path):
+    crawl_dir = tmp_path / "night-1"
+    archived_output(crawl_dir)
+    records = records_of_rows(crawl_dir)
+    # The batch files are about the same size: two fit, not three.
+    largest = max(path.stat().st_size for path in (crawl_dir / WARC_DIR).iterdir())
+
+    compact(crawl_dir, warc_file_bytes=2 * largest)
+
+    exchange = ["request", "response"]
+    assert warc_files(crawl_dir) == {
+        f"night-1-{node}-{n:05d}.warc.gz": ["warcinfo", *exchange * (2 if n == 1 else 1)]
+        for node in ("node-0", "node-1")
+        for n in (1, 2)
+    }
+    assert records_of_rows(crawl_dir) == records
+    # A resumed crawl's batches go into files numbered after these, the kept ones untouched.
+    kept = {path: path.read_bytes() for path in (crawl_dir / WARC_DIR).iterdir()}
+    archived_output(crawl_dir, batches=1)
+    compact(crawl_dir)
+    assert all(path.read_bytes() == data for path, data in kept.items())
+    names = set(warc_files(crawl_dir)) - {path.name for path in kept}
+    assert names == {"night-1-node-0-00003.warc.gz", "night-1-node-1-00003.warc.gz"}
+
+
+def test_a_journal_whose_merged_warc_file_never_reached_the_disk_is_dropped(tmp_path, monkeypatch):
+    crawl_dir = tmp_path / "night-1"
+    archived_output(crawl_dir)
+    records = records_of_rows(crawl_dir)
+    batches = warc_files(crawl_dir)
+    monkeypatch.setattr(compaction, "finish_compaction", lambda crawl_dir: None)
+    compact(crawl_dir)  # stops once the journal is written
+    monkeypatch.undo()
+    (crawl_dir / WARC_DIR / "night-1-node-1-00001.warc.gz.tmp").unlink()  # lost to a power cut
+
+    load_checkpoint(crawl_dir, [])
+
+    assert not (crawl_dir / JOURNAL).exists()
+    assert not list(crawl_dir.rglob("*.tmp"))
+    assert warc_files(crawl_dir) == batches
+    assert records_of_rows(crawl_dir) == records
+
+
+def test_a_merge_the_disk_cannot_hold_removes_its_copies(tmp_path, monkeypatch):
+    crawl_dir = tmp_path / "night-1"
+    archived_output(crawl_dir)
+    batches = warc_files(crawl_dir)
+    records = records_of_rows(crawl_dir)
+    real_write = os.write
+
+    def full_for_merged_warc(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("-00002.warc.gz.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_merged_warc)
+    with pytest.raises(OSError):
+        compact(crawl_dir, warc_file_bytes=1)  # a file per batch: the second fails
+    monkeypatch.undo()
+
+    assert not list(crawl_dir.rglob("*.tmp"))  # the first merged file's room given back
+    assert warc_files(crawl_dir) == batches
+    assert records_of_rows(crawl_dir) == records

@@ -20,6 +20,7 @@ import errno
 import gzip
 import itertools
 import os
+import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -254,10 +255,12 @@ def every_point(
     """For each call that `act` makes under a directory `prepare` set up: a fresh copy of that
     directory with the fault of `kind` hit at that call (for `killed`: three, as the process
     left it and after either power cut), what happened where, and the calls done before."""
-    template = tmp_path / "template"
-    template.mkdir()
+    # Each state in a directory of its own, named as the crawl (compaction names its WARC files
+    # after the crawl directory): the calls of every state name the same files.
+    template = tmp_path / "template" / CRAWL_ID
+    template.mkdir(parents=True)
     prepare(template)
-    clean = tmp_path / "clean"
+    clean = tmp_path / "clean" / CRAWL_ID
     shutil.copytree(template, clean)
     counter = Disk(clean, tmp_path)
     with counter.attached(monkeypatch, None):
@@ -266,7 +269,7 @@ def every_point(
     # A process can also be killed, or the power cut, once the scenario is over.
     calls = [*counter.calls, "the end"] if kind == "killed" else counter.calls
     for at, call in enumerate(calls, start=1):
-        crawl_dir = tmp_path / f"{kind}-{at}"
+        crawl_dir = tmp_path / f"{kind}-{at}" / CRAWL_ID
         shutil.copytree(template, crawl_dir)
         stash = tmp_path / f"{kind}-{at}.stash"
         stash.mkdir()
@@ -280,7 +283,7 @@ def every_point(
             states = {"kill": crawl_dir}
             seen = [files_of(crawl_dir)]
             for cut in ("power-kept", "power-lost"):
-                copy = shutil.copytree(crawl_dir, tmp_path / f"{cut}-{at}")
+                copy = shutil.copytree(crawl_dir, tmp_path / f"{cut}-{at}" / CRAWL_ID)
                 disk.power_cut(copy, entries_lost=cut == "power-lost")
                 if files_of(copy) in seen:  # the cut lost nothing more: a state seen already
                     shutil.rmtree(copy)
@@ -295,6 +298,7 @@ def every_point(
 
 # ---- a crawl of a small web, as a node records it ----------------------------------------------
 
+CRAWL_ID = "c"
 HOST = "a.test"
 SEED = f"http://{HOST}/"
 NODE = "node-0"
@@ -326,7 +330,7 @@ def body(url: str) -> bytes:
 def rows_of(url: str, new_links: list[str]) -> dict[str, list[dict[str, Any]]]:
     status = WEB[url].status
     fetch = {
-        "crawl_id": "c",
+        "crawl_id": CRAWL_ID,
         "url": url,
         "url_host_name": HOST,
         "url_path": url.removeprefix(f"http://{HOST}"),
@@ -439,13 +443,22 @@ def assert_committed_only(crawl_dir: Path, output: Output) -> None:
     """No temporary file, no batch without its `fetches` file or not whole, no WARC file no
     row points into."""
     assert not [str(p) for p in crawl_dir.rglob("*.tmp")]
+    assert sorted(p.name for p in (crawl_dir / WARC_DIR).iterdir()) == sorted(
+        p.name for p in (crawl_dir / WARC_DIR).glob("*.warc.gz")
+    )
     commit = crawl_dir / "fetches"
     for name in COMMITTED_DATASETS:
         for path in (crawl_dir / name).glob("*.parquet"):
             assert (commit / path.name).exists(), f"{name}/{path.name} was never committed"
             assert is_whole_parquet(path), f"{name}/{path.name}"
+    assert_warc_files_pointed_into(crawl_dir, output)
+
+
+def assert_warc_files_pointed_into(crawl_dir: Path, output: Output) -> None:
+    """The WARC files (temporary ones aside) are those committed rows point into."""
     pointed = {row["warc_filename"] for row in output["fetches"] if row["warc_filename"]}
-    assert {f"{WARC_DIR}/{p.name}" for p in (crawl_dir / WARC_DIR).iterdir()} == pointed
+    files = (crawl_dir / WARC_DIR).glob("*.warc.gz")
+    assert {f"{WARC_DIR}/{p.name}" for p in files} == pointed
 
 
 def assert_complete(crawl_dir: Path, output: Output, links: bool = True) -> None:
@@ -468,6 +481,7 @@ def assert_complete(crawl_dir: Path, output: Output, links: bool = True) -> None
         offset, length = row["warc_record_offset"], row["warc_record_length"]
         record = read_record(crawl_dir / filename, offset, length)
         assert f"WARC-Target-URI: {url}\r\n".encode() in record
+        assert f"WARC-Record-ID: {row['warc_record_id']}\r\n".encode() in record
         assert record.endswith(body(url) + b"\r\n\r\n")  # the answer, whole
         answers[filename] += 1
     for filename, count in answers.items():
@@ -575,21 +589,59 @@ def finished_crawl(crawl_dir: Path) -> None:
         metrics.write({"crawl_id": "c", "node_id": NODE, "metric": "pages", "value": value})
 
 
+# What a compaction changes in a `fetches` row: where its WARC record is. The record it points
+# to stays the same one (its warc_record_id, which `assert_complete` finds there, and digest).
+WARC_POINTER = ("warc_filename", "warc_record_offset", "warc_record_length")
+
+
+def comparable(output: Output) -> dict[str, list[tuple]]:
+    """`contents` less the WARC pointers."""
+    return contents(
+        {
+            name: [{k: v for k, v in row.items() if k not in WARC_POINTER} for row in rows]
+            for name, rows in output.items()
+        }
+    )
+
+
+def payload_digests(crawl_dir: Path, output: Output) -> dict[str, bytes]:
+    """The payload digest of the record each `fetches` row points to, by its WARC-Record-ID."""
+    digests = {}
+    for row in output["fetches"]:
+        if row["warc_filename"]:
+            record = read_record(
+                crawl_dir / row["warc_filename"],
+                row["warc_record_offset"],
+                row["warc_record_length"],
+            )
+            found = re.search(rb"\r\nWARC-Payload-Digest: ([^\r]+)\r\n", record)
+            assert found is not None
+            digests[row["warc_record_id"]] = found[1]
+    return digests
+
+
 @pytest.mark.parametrize("kind", ["error", "killed"])
 def test_a_fault_at_any_call_of_a_compaction_loses_and_doubles_nothing(tmp_path, monkeypatch, kind):
     """After an error the command fails and is run again; after a kill or a power cut too.
-    Either way the crawl resumes (nothing left to fetch) and compacts again."""
+    Either way the crawl resumes (nothing left to fetch) and compacts again. Wherever the
+    compaction stopped, every row finds its WARC record (in a batch WARC file or a merged one),
+    and every WARC file reads to its end."""
+    # The WARC files rolled at each batch: two merged files, so the journal swaps several
+    # (merging batches into one file makes no other call: a file's writes count as one).
+    warc_file_bytes, warc_files = 1, 2
     template: dict[str, Any] = {}
 
     def prepare(crawl_dir: Path) -> None:
         with passive_disk(crawl_dir, monkeypatch):
             finished_crawl(crawl_dir)
-        template["contents"] = contents(read_output(crawl_dir))
+        output = read_output(crawl_dir)
+        template["contents"] = comparable(output)
+        template["digests"] = payload_digests(crawl_dir, output)
         template["done"] = load_checkpoint(crawl_dir, []).done
 
     def act(crawl_dir: Path, disk: Disk) -> None:
         with suppress(OSError):
-            compact(crawl_dir)
+            compact(crawl_dir, warc_file_bytes)
 
     for where, crawl_dir, _ in every_point(tmp_path, monkeypatch, prepare, act, kind):
         with passive_disk(crawl_dir, monkeypatch):
@@ -600,11 +652,20 @@ def test_a_fault_at_any_call_of_a_compaction_loses_and_doubles_nothing(tmp_path,
                 # rule.)
                 checkpoint = load_checkpoint(crawl_dir, [])
                 assert checkpoint.done == template["done"] and not checkpoint.pending, where
-                assert contents(read_output(crawl_dir)) == template["contents"], where
-            compact(crawl_dir)
-        assert contents(assert_sound(crawl_dir)) == template["contents"], where
+                output = read_output(crawl_dir)
+                assert comparable(output) == template["contents"], where
+                assert payload_digests(crawl_dir, output) == template["digests"], where
+                assert_warc_files_pointed_into(crawl_dir, output)
+                assert_complete(crawl_dir, output)
+            compact(crawl_dir, warc_file_bytes)
+        output = assert_sound(crawl_dir)
+        assert comparable(output) == template["contents"], where
+        assert payload_digests(crawl_dir, output) == template["digests"], where
         for name in (*COMMITTED_DATASETS, "metrics"):
             assert [p.name for p in (crawl_dir / name).iterdir()] == ["compacted-000001.parquet"]
+        assert sorted(p.name for p in (crawl_dir / WARC_DIR).iterdir()) == [
+            f"{CRAWL_ID}-{NODE}-{n:05d}.warc.gz" for n in range(1, warc_files + 1)
+        ], where
         assert not (crawl_dir / JOURNAL).exists()
 
 
@@ -635,8 +696,8 @@ def test_a_fault_at_any_call_of_a_resume_leaves_a_resumable_crawl(tmp_path, monk
         assert_sound(crawl_dir, links=False)  # the damaged batch's links are lost with it
 
 
-OLD = Manifest("c", "2025-01-01T00:00:00+00:00", "a.test", None)
-NEW = Manifest("c", "2025-01-02T00:00:00+00:00", "a.test", "b")
+OLD = Manifest(CRAWL_ID, "2025-01-01T00:00:00+00:00", "a.test", None)
+NEW = Manifest(CRAWL_ID, "2025-01-02T00:00:00+00:00", "a.test", "b")
 
 
 @pytest.mark.parametrize("kind", ["error", "killed"])
@@ -650,15 +711,14 @@ def test_a_fault_at_any_call_of_the_manifest_leaves_one_whole(tmp_path, monkeypa
         with suppress(OSError):
             write_manifest(crawl_dir, NEW)
 
+    # Every state's directory is named as the crawl, as a manifest requires.
     for where, crawl_dir, _ in every_point(tmp_path, monkeypatch, prepare, act, kind):
-        named = crawl_dir.rename(crawl_dir.with_name("c"))  # a manifest names its directory
-        assert read_manifest(named) in (earlier, NEW), where
+        assert read_manifest(crawl_dir) in (earlier, NEW), where
         if where.endswith("the end"):  # written, then killed or cut off: it stays
-            assert read_manifest(named) == NEW, where
-        write_manifest(named, NEW)  # the run started again
-        assert read_manifest(named) == NEW
-        assert [p.name for p in named.iterdir()] == ["crawl.json"], where
-        named.rename(crawl_dir)
+            assert read_manifest(crawl_dir) == NEW, where
+        write_manifest(crawl_dir, NEW)  # the run started again
+        assert read_manifest(crawl_dir) == NEW
+        assert [p.name for p in crawl_dir.iterdir()] == ["crawl.json"], where
 
 
 # ---- the reported cases, one by one ------------------------------------------------------------

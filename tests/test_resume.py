@@ -4,6 +4,7 @@ fetched twice, every file readable."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,10 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from warcio.archiveiterator import ArchiveIterator
 
 from storage.checkpoint import _changed_at, wait_until_quiet
 from storage.manifest import MANIFEST
 from storage.views import connect
+from storage.warc import read_record
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
 from websim.sim import requested_again
@@ -103,6 +107,24 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     assert not list(crawl_dir.rglob("*.tmp"))
     # Both runs' batch files, merged by the resumed run's collect step.
     assert [p.name for p in (crawl_dir / "fetches").iterdir()] == ["compacted-000001.parquet"]
+    # Their WARC files too, into files named by crawl and node, which warcio and fastwarc read;
+    # every row finds its own record there.
+    warc_files = sorted((crawl_dir / "warc").iterdir())
+    assert warc_files
+    for path in warc_files:
+        assert re.fullmatch(r"resumable-node-\d+-\d{5}\.warc\.gz", path.name), path.name
+        with open(path, "rb") as file:
+            by_warcio = sum(1 for _ in ArchiveIterator(file))
+        assert by_warcio == sum(1 for _ in FastArchiveIterator(str(path), verify_digests=True))
+    pointers = con.execute(
+        "SELECT url, warc_filename, warc_record_offset, warc_record_length, warc_record_id "
+        "FROM fetches WHERE warc_filename IS NOT NULL"
+    ).fetchall()
+    assert pointers
+    for url, filename, offset, length, record_id in pointers:
+        record = read_record(crawl_dir / filename, offset, length)
+        assert f"WARC-Target-URI: {url}\r\n".encode() in record
+        assert f"WARC-Record-ID: {record_id}\r\n".encode() in record
 
 
 def test_a_new_crawl_does_not_wait_for_its_own_manifest(tmp_path: Path) -> None:

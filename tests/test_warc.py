@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.config import CrawlConfig
@@ -14,7 +15,7 @@ from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
-from storage.warc import WARC_DIR, read_record
+from storage.warc import WARC_DIR
 from storage.writer import discard_uncommitted
 from websim import WebSim, WebSpec
 
@@ -48,19 +49,40 @@ def records_of(path):
 def rows_find_their_records(crawl_dir) -> int:
     """Asserts that every fetches row with a WARC location finds its record there; returns how
     many rows have one."""
+    return len(records_of_rows(crawl_dir))
+
+
+def records_of_rows(crawl_dir) -> dict[str, tuple[str, str]]:
+    """Asserts that every fetches row with a WARC location finds its record there, by offset
+    and by warc_record_id; returns each record's URL and payload digest by WARC-Record-ID."""
     rows = (
         connect(crawl_dir)
         .execute(
-            "SELECT url, warc_filename, warc_record_offset, warc_record_length FROM fetches "
-            "WHERE warc_filename IS NOT NULL"
+            "SELECT url, warc_filename, warc_record_offset, warc_record_length, warc_record_id "
+            "FROM fetches WHERE warc_filename IS NOT NULL"
         )
         .fetchall()
     )
-    for url, filename, offset, length in rows:
-        assert f"WARC-Target-URI: {url}\r\n".encode() in read_record(
-            crawl_dir / filename, offset, length
-        )
-    return len(rows)
+    found = {}
+    for url, filename, offset, length, record_id in rows:
+        with open(crawl_dir / filename, "rb") as file:
+            file.seek(offset)
+            (record,) = ArchiveIterator(io.BytesIO(file.read(length)))
+            headers = record.rec_headers
+        assert headers.get_header("WARC-Target-URI") == url
+        assert headers.get_header("WARC-Record-ID") == record_id
+        found[record_id] = (url, headers.get_header("WARC-Payload-Digest"))
+    assert len(found) == len(rows)  # one record per row, none shared
+    return found
+
+
+def read_by_both(path) -> int:
+    """warcio and fastwarc (checking digests) read `path` to its end; how many records."""
+    with open(path, "rb") as file:
+        by_warcio = sum(1 for _ in ArchiveIterator(file))
+    by_fastwarc = sum(1 for _ in FastArchiveIterator(str(path), verify_digests=True))
+    assert by_warcio == by_fastwarc > 0
+    return by_warcio
 
 
 def test_warcio_reads_every_file_and_every_row_finds_its_record(crawled):
@@ -113,7 +135,7 @@ def test_warc_get_prints_a_pages_record(crawled, capsysbinary):
     assert b"no WARC record" in capsysbinary.readouterr().err
 
 
-def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_path):
+def test_uncommitted_warc_files_go_and_compaction_merges_the_rest(crawled, tmp_path):
     import shutil
 
     crawl_dir = tmp_path / "c1"
@@ -126,15 +148,45 @@ def test_uncommitted_warc_files_go_and_compaction_keeps_offsets(crawled, tmp_pat
     removed = discard_uncommitted(crawl_dir)
     assert warc / (last.stem + ".warc.gz") in removed
     assert not (warc / "node-0-000099.warc.gz.tmp").exists()
-    before = sorted(p.name for p in warc.iterdir())
-    compact(crawl_dir)
+    batches = sorted(warc.iterdir())
+    records = records_of_rows(crawl_dir)
+    read = sum(read_by_both(path) for path in batches)
+    result = compact(crawl_dir)
     assert [p.name for p in (crawl_dir / "fetches").glob("*.parquet")] == [
         "compacted-000001.parquet"
     ]
-    # A resume after compaction keeps the WARC files the compacted rows point at.
+    assert (result.warc_files_before, result.warc_files_after) == (len(batches), 1)
+    # One file named by crawl and node, holding every record (one warcinfo for all) ...
+    assert [p.name for p in warc.iterdir()] == ["c1-node-0-00001.warc.gz"]
+    assert read_by_both(warc / "c1-node-0-00001.warc.gz") == read - len(batches) + 1
+    # ... and every row points at the same record as before, at its new place.
+    assert records_of_rows(crawl_dir) == records
+    # A resume after compaction keeps the WARC file the compacted rows point into.
     discard_uncommitted(crawl_dir)
-    assert sorted(p.name for p in warc.iterdir()) == before
-    assert rows_find_their_records(crawl_dir) > 0
+    assert [p.name for p in warc.iterdir()] == ["c1-node-0-00001.warc.gz"]
+
+
+def test_compaction_rolls_warc_files_at_the_size_set(crawled, tmp_path):
+    import shutil
+
+    crawl_dir = tmp_path / "c1"
+    shutil.copytree(crawled[0], crawl_dir)
+    warc = crawl_dir / WARC_DIR
+    sizes = [path.stat().st_size for path in sorted(warc.iterdir())]
+    records = records_of_rows(crawl_dir)
+    limit = 2 * max(sizes)  # two batches or more to a file, a few files
+    compact(crawl_dir, warc_file_bytes=limit)
+    merged = sorted(warc.iterdir())
+    assert len(merged) > 1
+    assert [p.name for p in merged] == [
+        f"c1-node-0-{n:05d}.warc.gz" for n in range(1, len(merged) + 1)
+    ]
+    merged_sizes = [path.stat().st_size for path in merged]
+    # Each at most the limit, and rolled only when the next batch would not fit.
+    assert all(limit - max(sizes) < size <= limit for size in merged_sizes[:-1])
+    assert merged_sizes[-1] <= limit
+    assert all(read_by_both(path) for path in merged)
+    assert records_of_rows(crawl_dir) == records
 
 
 def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawled, tmp_path):
@@ -142,8 +194,9 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
 
     crawl_dir = tmp_path / "c1"
     shutil.copytree(crawled[0], crawl_dir)
-    compact(crawl_dir)  # the fetches batches are gone; the WARC files their rows point at stay
+    compact(crawl_dir)  # the batches, WARC files included, merged
     kept = {p.name: p.read_bytes() for p in (crawl_dir / WARC_DIR).iterdir()}
+    assert list(kept) == ["c1-node-0-00001.warc.gz"]
     sim = crawled[1]
     hosts = sim.servers
     config = CrawlConfig(
@@ -152,9 +205,15 @@ def test_a_run_after_compaction_numbers_its_warc_files_after_the_kept_ones(crawl
         rate_control={"mode": "fixed", "fixed": {"delay_s": 0}},
     )
     crawl_in_process(single_node("c1", str(tmp_path), config, hosts), [sim.hub_url])
+    rows = rows_find_their_records(crawl_dir)
+    assert rows > 0
+    compact(crawl_dir)  # the new run's batches go into a second file
+    names = sorted(p.name for p in (crawl_dir / WARC_DIR).iterdir())
+    assert names == ["c1-node-0-00001.warc.gz", "c1-node-0-00002.warc.gz"]
     for name, data in kept.items():  # not one WARC file of the first run overwritten
         assert (crawl_dir / WARC_DIR / name).read_bytes() == data
-    assert rows_find_their_records(crawl_dir) > len(kept)
+    assert rows_find_their_records(crawl_dir) == rows > len(kept)
+    assert all(read_by_both(crawl_dir / WARC_DIR / name) for name in names)
 
 
 def test_warc_get_on_a_damaged_warc_file_is_a_one_line_error(crawled, tmp_path, capsysbinary):
