@@ -79,6 +79,13 @@ from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.fixed_bins import BinSearch, pack_on_bins
 from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
+from allocation.patterns import (
+    DIVE_TAIL_TASKS,
+    PatternMaster,
+    rounded_counts,
+    start_packing,
+    tail_instance,
+)
 from allocation.model import (
     DIMENSIONS,
     Instance,
@@ -113,14 +120,17 @@ SCARCITY_POWERS = (1, 2, 4, 8)
 # on given node counts, the shrinking of the best plan, the local search on the best candidates,
 # and the restricted master; the full model gets the rest but a margin, since writing the model
 # for CBC and reading it back run past CBC's own clock.
-CANDIDATE_SHARE = 0.4
-FILL_SHARE = 0.7
-SHRINK_SHARE = 0.8
-IMPROVE_SHARE = 0.82
-MASTER_SHARE = 0.87
+CANDIDATE_SHARE = 0.35
+PATTERN_SHARE = 0.55
+FILL_SHARE = 0.75
+SHRINK_SHARE = 0.85
+IMPROVE_SHARE = 0.87
+MASTER_SHARE = 0.9
 CBC_MARGIN_SHARE = 0.1
 # CPU seconds each node count gets in the fill phase's first pass.
 QUICK_TRIAL_S = 0.2
+# CPU seconds the dive's tail (at most DIVE_TAIL_TASKS tasks) gets from the solver itself.
+TAIL_LIMIT_S = 1.0
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
 
@@ -185,8 +195,17 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
+    pattern_trials: list[tuple[tuple[str, ...], Packing]] = []
+    if not closed() and len(instance.tasks) > DIVE_TAIL_TASKS:
+        for trial, plan in _from_patterns(instance, candidates, clock, PATTERN_SHARE):
+            pattern_trials.append(trial)
+            if plan is not None and within_limits(instance, plan):
+                candidates.append(plan)
+
     if not closed():
-        for filled in _filled(instance, relaxations, lower, best_cost, clock, FILL_SHARE):
+        for filled in _filled(
+            instance, relaxations, pattern_trials, lower, best_cost, clock, FILL_SHARE
+        ):
             if within_limits(instance, filled):
                 candidates.append(filled)
             if closed():
@@ -318,9 +337,45 @@ def _candidates(
             yield eliminate_bins(instance, packing), lower
 
 
+def _from_patterns(
+    instance: Instance, candidates: list[Packing], clock: CpuClock, share: float
+) -> Iterator[tuple[tuple[tuple[str, ...], Packing], Packing | None]]:
+    """Node counts to pack, each with a start, from the pattern LP (``allocation.patterns``;
+    started from the candidates' bins), and the dive's plan: the root LP's counts rounded every
+    way (from its patterns), then the dive's counts (from its plan: the fixed patterns and the
+    tail solved by ``solve_milp`` itself, at most DIVE_TAIL_TASKS tasks)."""
+    deadline = clock.passed(share * clock.limit_s)
+    master = PatternMaster(
+        instance, [(t, tasks) for p in candidates for t, bins in p.items() for tasks in bins]
+    )
+    if not master.generate(deadline):
+        return
+    root = master.solution()
+    start = start_packing(instance, root)
+    for counts in rounded_counts(root):
+        yield (tuple(name for name, count in counts.items() for _ in range(count)), start), None
+    fixed = master.dive(deadline)
+    tail = tail_instance(instance, fixed) if fixed is not None else None
+    if fixed is None or tail is None:
+        return
+    plan = fixed
+    if tail.tasks:
+        try:
+            tail_result = solve_milp(tail, min(TAIL_LIMIT_S, max(clock.until(share), 0.1)))
+        except NoFeasiblePlan:
+            return
+        tail_packing = packing_of(tail_result.plan)
+        plan = {
+            nt.name: fixed.get(nt.name, []) + tail_packing.get(nt.name, [])
+            for nt in instance.node_types
+        }
+    yield (tuple(name for name, bins in plan.items() for _ in bins), plan), plan
+
+
 def _filled(
     instance: Instance,
     relaxations: list[tuple[float, Aggregate, list[Packing]]],
+    pattern_trials: list[tuple[tuple[str, ...], Packing]],
     lower: float,
     cost_to_beat: Callable[[], float],
     clock: CpuClock,
@@ -353,6 +408,11 @@ def _filled(
         if aggregate.nodes is not None:
             start = {t: min((p.get(t, []) for p in packings), key=len) for t in aggregate.nodes}
             starts.append((aggregate.nodes, start))
+    for bins, start in pattern_trials:
+        key = tuple(sorted(bins))
+        cost = _bins_cost(instance, key)
+        if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
+            trials[key] = (cost, start, False)
     bound_bins: tuple[str, ...] | None = None
     for capacity_share, aggregate, _ in relaxations:
         if aggregate.nodes is None:
