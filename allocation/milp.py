@@ -79,13 +79,6 @@ from allocation.first_fit import first_fit, first_fit_decreasing, task_sizes
 from allocation.fixed_bins import BinSearch, pack_on_bins
 from allocation.heuristics import improve, last_bin_price, room_for, several_ffd
 from allocation.master import restricted_master
-from allocation.patterns import (
-    DIVE_TAIL_TASKS,
-    PatternMaster,
-    rounded_counts,
-    start_packing,
-    tail_instance,
-)
 from allocation.model import (
     DIMENSIONS,
     Instance,
@@ -102,6 +95,13 @@ from allocation.packing import (
     packing_of,
     packing_plan,
     within_limits,
+)
+from allocation.patterns import (
+    DIVE_TAIL_TASKS,
+    PatternMaster,
+    rounded_counts,
+    start_packing,
+    tail_instance,
 )
 
 __all__ = ["OPTIMAL", "TIME_LIMIT", "MilpResult", "SolverUnavailable", "solve_milp"]
