@@ -31,7 +31,7 @@ def test_every_best_known_plan_is_valid_and_costs_what_it_says() -> None:
 def _instance() -> Instance:
     small = NodeType("small", Resources(4, 8, 100), 1.0, 0.5, 2.0, max_reserved=2)
     large = NodeType("large", Resources(8, 16, 200), 1.8, 0.9, 3.5, max_reserved=1)
-    tasks = [Task(f"t{i}", Resources(1.5 + 0.1 * i, 2, 30)) for i in range(8)]
+    tasks = [Task(f"t{i}", Resources(1.5 + 0.05 * i, 2, 30)) for i in range(8)]
     return Instance((small, large), tuple(tasks))
 
 
@@ -78,7 +78,7 @@ def test_pattern_lp_covers_every_task_and_its_dive_leaves_a_solvable_tail() -> N
         for task_id in tasks:
             cover[task_id] += value
     assert min(cover.values()) >= 1 - 1e-6
-    # Two tasks fit a small node (1.5-2.2 cores of 4), four a large one: the LP beats singletons.
+    # Two tasks fit a small node (1.5-1.85 cores of 4), four a large one: the LP beats singletons.
     assert root.value < 8 * 1.5
     counts = rounded_counts(root)
     assert counts and all(set(c) == {"small", "large"} for c in counts)
