@@ -28,25 +28,33 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    (``allocation.packing``; the exactly modelled types come packed), each then losing the bins
    whose tasks fit in the others; the bound's relaxation also carries packing cuts
    (``allocation.aggregate.packing_cuts``);
-2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
+2. node counts from the cost-minimizing pattern LP over every type (``allocation.patterns``,
+   started from the candidates' bins): its counts rounded down and up every way, each with its
+   patterns as the start, and a dive (fix its largest pattern, price again, until at most
+   DIVE_TAIL_TASKS tasks are left; this function solves that tail in at most TAIL_LIMIT_S), whose
+   plan is a candidate and whose counts are one more to pack; only on instances of more than
+   DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost about the
+   same per unit of capacity, the pattern LP sees which mix holds whole tasks;
+3. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
    bound; searched from every relaxation's packing), those plus nodes of one type (one, two,
    ... while cheaper than the best plan) or with one node exchanged for one or two of other
    types, and the relaxations' at the lower capacity shares, each from the packing of the
-   relaxation with the nearest counts; a short first pass over all of them (the
-   relaxations' counts, one node more and one exchanged first; the bound's counts from the other
-   starts and several nodes more after), then the ones that failed with the time left, each
+   relaxation with the nearest counts, and the pattern LP's (phase 2, from its start); a short
+   first pass over all of them (the relaxations' and the pattern LP's counts, one node more and
+   one exchanged first; the bound's counts from the other starts and several nodes more after),
+   then the ones that failed with the time left, each
    search resumed where the first pass stopped it. The greedy packers fill nodes one at a time
    and often need a node more than the counts allow; the search repairs a whole assignment;
-3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
+4. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type; never below the lower bound) and repack every task on the rest with
    ``pack_on_bins``, from that plan;
-4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+5. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
-5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+6. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
    covers every task, which recombines bins of different plans;
-6. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+7. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
    identical, so they are ordered by their first task in a fixed task order (largest first); then
    open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
    positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
