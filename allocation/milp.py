@@ -390,7 +390,8 @@ def _filled(
     share: float,
 ) -> Iterator[Packing]:
     """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
-    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
+    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the pattern LP's
+    counts (``pattern_trials``, each with its start), the relaxations'
     counts (the bound's first: a plan that meets the bound), and the bound's counts with nodes
     of one type added (one, two, ... while they would beat the best plan), or with one node of a
     type exchanged for one or two of other types, when their capacity holds the demand's volume.
