@@ -34,8 +34,8 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function solves
    that tail in at most TAIL_LIMIT_S), whose plan is a candidate and whose counts are one more
    to pack; only on instances of more than DIVE_TAIL_TASKS tasks, and for at most
-   PATTERN_PHASE_SHARE of the limit. The relaxation picks counts by volume; where two types cost about the
-   same per unit of capacity, the pattern LP sees which mix holds whole tasks;
+   PATTERN_PHASE_SHARE of the limit. The relaxation picks counts by volume; where two types
+   cost about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
 3. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
