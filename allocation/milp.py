@@ -28,26 +28,24 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    (``allocation.packing``; the exactly modelled types come packed), each then losing the bins
    whose tasks fit in the others; the bound's relaxation also carries packing cuts
    (``allocation.aggregate.packing_cuts``);
-2. node counts from the cost-minimizing pattern LP over every type (``allocation.patterns``,
-   started from the candidates' bins): its counts rounded to the nearest and with one type's
-   rounded the other way, each with its patterns as the start, and a dive (fix its largest
-   pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function solves
-   that tail in at most TAIL_LIMIT_S), whose plan is a candidate and whose counts are one more
-   to pack; only on instances of more than DIVE_TAIL_TASKS tasks, and for at most
-   PATTERN_PHASE_SHARE of the limit. The relaxation picks counts by volume; where two types
-   cost about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
-3. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
+2. every task packed on exactly given node counts (``allocation.fixed_bins``: a tabu search that
    drives the nodes' overload to zero, moving tasks between types as well), cheapest counts
    first, while they would beat the best plan: the bound's relaxation's (a plan that meets the
    bound; searched from every relaxation's packing), those plus nodes of one type (one, two,
    ... while cheaper than the best plan) or with one node exchanged for one or two of other
    types, and the relaxations' at the lower capacity shares, each from the packing of the
-   relaxation with the nearest counts, and the pattern LP's (phase 2, from its start); a short
-   first pass over all of them (the relaxations' and the pattern LP's counts, one node more and
-   one exchanged first; the bound's counts from the other starts and several nodes more after),
-   then the ones that failed with the time left, each
-   search resumed where the first pass stopped it. The greedy packers fill nodes one at a time
-   and often need a node more than the counts allow; the search repairs a whole assignment;
+   relaxation with the nearest counts; a short first pass over all of them (the relaxations'
+   counts, one node more and one exchanged first; the bound's counts from the other starts and
+   several nodes more after), then the ones that failed with the time left, each search resumed
+   where the first pass stopped it. The greedy packers fill nodes one at a time and often need
+   a node more than the counts allow; the search repairs a whole assignment;
+3. plans from the cost-minimizing pattern LP over every type (``allocation.patterns``, started
+   from the cheapest candidates' bins): every task packed on its counts rounded to the nearest
+   and with one type's rounded the other way (from its patterns), and two dives (fix its
+   largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function
+   solves that tail in at most TAIL_LIMIT_S), whose plans are candidates; only on instances of
+   more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost
+   about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
 4. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type; never below the lower bound) and repack every task on the rest with
    ``pack_on_bins``, from that plan;
@@ -106,6 +104,7 @@ from allocation.packing import (
     within_limits,
 )
 from allocation.patterns import (
+    DIVE_FIX_ABOVE,
     DIVE_TAIL_TASKS,
     PatternMaster,
     rounded_counts,
@@ -126,24 +125,28 @@ TOLERANCE = 1e-6
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
 # Shares of the time limit (CPU seconds) by which each phase must end: candidates, the packing
-# on given node counts, the shrinking of the best plan, the local search on the best candidates,
-# and the restricted master; the full model gets the rest but a margin, since writing the model
-# for CBC and reading it back run past CBC's own clock.
+# on given node counts, the pattern LP's plans, the shrinking of the best plan, the local search
+# on the best candidates, and the restricted master; the full model gets the rest but a margin,
+# since writing the model for CBC and reading it back run past CBC's own clock. The pattern
+# phase comes after the packing phase: before it, its 2-4 s CPU at 200 tasks delayed the
+# packing that finds most optima (uniform/tight/dear seed 0 of the benchmark's families, 2.5 s
+# into that phase, and skewed/loose/dear seed 1 were no longer found), and it needs about 2.5 s
+# for its LP and one dive.
 CANDIDATE_SHARE = 0.4
-PATTERN_SHARE = 0.6
-# ... and the pattern phase gets at most this share of the limit from its start (when the
-# candidates end early, the packing phase starts early too: on uniform/tight/dear seed 0 of the
-# benchmark's families it finds the optimum 2.5 s CPU into that phase).
-PATTERN_PHASE_SHARE = 0.3
-FILL_SHARE = 0.78
-SHRINK_SHARE = 0.86
-IMPROVE_SHARE = 0.88
-MASTER_SHARE = 0.91
+FILL_SHARE = 0.65
+PATTERN_SHARE = 0.9
+SHRINK_SHARE = 0.95
+IMPROVE_SHARE = 0.96
+MASTER_SHARE = 0.975
 CBC_MARGIN_SHARE = 0.1
 # CPU seconds each node count gets in the fill phase's first pass.
 QUICK_TRIAL_S = 0.2
 # CPU seconds the dive's tail (at most DIVE_TAIL_TASKS tasks) gets from the solver itself.
 TAIL_LIMIT_S = 1.0
+# CPU seconds each of the pattern LP's rounded counts gets (the dives need the phase's time).
+PATTERN_TRIAL_S = 0.1
+# How many of the cheapest candidates give the pattern LP its first columns.
+PATTERN_START_PLANS = 4
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
 
@@ -208,19 +211,17 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         if closed() or clock.until(CANDIDATE_SHARE) <= 0:
             break
 
-    pattern_trials: list[tuple[tuple[str, ...], Packing]] = []
-    if not closed() and len(instance.tasks) > DIVE_TAIL_TASKS:
-        for trial, plan in _from_patterns(instance, candidates, clock, PATTERN_SHARE):
-            pattern_trials.append(trial)
-            if plan is not None and within_limits(instance, plan):
-                candidates.append(plan)
-
     if not closed():
-        for filled in _filled(
-            instance, relaxations, pattern_trials, lower, best_cost, clock, FILL_SHARE
-        ):
+        for filled in _filled(instance, relaxations, lower, best_cost, clock, FILL_SHARE):
             if within_limits(instance, filled):
                 candidates.append(filled)
+            if closed():
+                break
+
+    if not closed() and len(instance.tasks) > DIVE_TAIL_TASKS:
+        for plan in _from_patterns(instance, candidates, lower, best_cost, clock, PATTERN_SHARE):
+            if within_limits(instance, plan):
+                candidates.append(plan)
             if closed():
                 break
 
@@ -351,55 +352,72 @@ def _candidates(
 
 
 def _from_patterns(
-    instance: Instance, candidates: list[Packing], clock: CpuClock, share: float
-) -> Iterator[tuple[tuple[tuple[str, ...], Packing], Packing | None]]:
-    """Node counts to pack, each with a start, from the pattern LP (``allocation.patterns``;
-    started from the candidates' bins), and the dive's plan: the root LP's counts rounded
-    (``rounded_counts``, from its patterns), then the dive's counts (from its plan: the fixed
-    patterns and the tail solved by ``solve_milp`` itself, at most DIVE_TAIL_TASKS tasks). The
-    phase ends at ``share`` of the limit or PATTERN_PHASE_SHARE of it after its start."""
-    deadline = clock.passed(
-        min(share, clock.elapsed() / clock.limit_s + PATTERN_PHASE_SHARE) * clock.limit_s
-    )
+    instance: Instance,
+    candidates: list[Packing],
+    lower: float,
+    cost_to_beat: Callable[[], float],
+    clock: CpuClock,
+    share: float,
+) -> Iterator[Packing]:
+    """Plans from the pattern LP (``allocation.patterns``, started from the bins of the
+    PATTERN_START_PLANS cheapest candidates),
+    until ``share`` of the limit: every task packed (``BinSearch``, PATTERN_TRIAL_S each) on the
+    root LP's counts rounded (``rounded_counts``, from its patterns) when they would beat
+    ``cost_to_beat()``, then the plan of each dive (``DIVE_FIX_ABOVE``, each from the root):
+    its fixed patterns and the tail solved by ``solve_milp`` itself (at most DIVE_TAIL_TASKS
+    tasks)."""
+    deadline = clock.passed(share * clock.limit_s)
+    # The cheapest candidates' bins only: every column slows each simplex solve of the dives.
+    cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))[:PATTERN_START_PLANS]
     master = PatternMaster(
-        instance, [(t, tasks) for p in candidates for t, bins in p.items() for tasks in bins]
+        instance, [(t, tasks) for p in cheapest for t, bins in p.items() for tasks in bins]
     )
     if not master.generate(deadline):
         return
     root = master.solution()
     start = start_packing(instance, root)
     for counts in rounded_counts(root):
-        yield (tuple(name for name, count in counts.items() for _ in range(count)), start), None
-    fixed = master.dive(deadline)
-    tail = tail_instance(instance, fixed) if fixed is not None else None
-    if fixed is None or tail is None:
-        return
-    plan = fixed
-    if tail.tasks:
+        bins = tuple(name for name, count in counts.items() for _ in range(count))
+        cost = _bins_cost(instance, bins)
+        if (
+            lower - TOLERANCE <= cost < cost_to_beat() - TOLERANCE
+            and _holds_volume(instance, bins)
+            and not deadline()
+        ):
+            stop = clock.elapsed() + min(PATTERN_TRIAL_S, clock.until(share))
+            packing = BinSearch(instance, bins, start).run(clock.passed(stop))
+            if packing is not None:
+                yield packing
+    for fix_above in DIVE_FIX_ABOVE:
+        master.unfix()
+        fixed = master.dive(deadline, fix_above)
+        tail = tail_instance(instance, fixed) if fixed is not None else None
+        if fixed is None or tail is None:
+            return
+        if not tail.tasks:
+            yield fixed
+            continue
         try:
             tail_result = solve_milp(tail, min(TAIL_LIMIT_S, max(clock.until(share), 0.1)))
         except NoFeasiblePlan:
-            return
+            continue
         tail_packing = packing_of(tail_result.plan)
-        plan = {
+        yield {
             nt.name: fixed.get(nt.name, []) + tail_packing.get(nt.name, [])
             for nt in instance.node_types
         }
-    yield (tuple(name for name, bins in plan.items() for _ in bins), plan), plan
 
 
 def _filled(
     instance: Instance,
     relaxations: list[tuple[float, Aggregate, list[Packing]]],
-    pattern_trials: list[tuple[tuple[str, ...], Packing]],
     lower: float,
     cost_to_beat: Callable[[], float],
     clock: CpuClock,
     share: float,
 ) -> Iterator[Packing]:
     """Every task packed by ``pack_on_bins`` on given node counts, cheapest counts first, each
-    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the pattern LP's
-    counts (``pattern_trials``, each with its start), the relaxations'
+    tried only if it would beat ``cost_to_beat()`` and is not below ``lower``: the relaxations'
     counts (the bound's first: a plan that meets the bound), and the bound's counts with nodes
     of one type added (one, two, ... while they would beat the best plan), or with one node of a
     type exchanged for one or two of other types, when their capacity holds the demand's volume.
@@ -425,11 +443,6 @@ def _filled(
         if aggregate.nodes is not None:
             start = {t: min((p.get(t, []) for p in packings), key=len) for t in aggregate.nodes}
             starts.append((aggregate.nodes, start))
-    for bins, start in pattern_trials:
-        key = tuple(sorted(bins))
-        cost = _bins_cost(instance, key)
-        if key not in trials and cost >= lower - TOLERANCE and _holds_volume(instance, key):
-            trials[key] = (cost, start, False)
     bound_bins: tuple[str, ...] | None = None
     for capacity_share, aggregate, _ in relaxations:
         if aggregate.nodes is None:

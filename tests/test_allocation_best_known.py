@@ -82,7 +82,7 @@ def test_pattern_lp_covers_every_task_and_its_dive_leaves_a_solvable_tail() -> N
     assert root.value < 8 * 1.5
     counts = rounded_counts(root)
     assert counts and all(set(c) == {"small", "large"} for c in counts)
-    fixed = master.dive(lambda: False)
+    fixed = master.dive(lambda: False, 0.9)
     assert fixed is not None
     tail = tail_instance(instance, fixed)
     assert tail is not None
