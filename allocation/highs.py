@@ -33,6 +33,13 @@ class _QuietHighs(highspy.Highs):
         super().enableCallbacks()
 
 
+def quiet_highs() -> highspy.Highs:
+    """A single-threaded HiGHS instance that prints nothing (for LPs built directly on it)."""
+    highs = _QuietHighs()
+    highs.setOptionValue("threads", 1)
+    return highs
+
+
 class _CpuLimitedHiGHS(pulp.HiGHS):
     def __init__(self, time_limit_s: float) -> None:
         super().__init__(msg=False, threads=1)

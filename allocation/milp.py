@@ -34,19 +34,26 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    bound; searched from every relaxation's packing), those plus nodes of one type (one, two,
    ... while cheaper than the best plan) or with one node exchanged for one or two of other
    types, and the relaxations' at the lower capacity shares, each from the packing of the
-   relaxation with the nearest counts; a short first pass over all of them (the
-   relaxations' counts, one node more and one exchanged first; the bound's counts from the other
-   starts and several nodes more after), then the ones that failed with the time left, each
-   search resumed where the first pass stopped it. The greedy packers fill nodes one at a time
-   and often need a node more than the counts allow; the search repairs a whole assignment;
-3. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
+   relaxation with the nearest counts; a short first pass over all of them (the relaxations'
+   counts, one node more and one exchanged first; the bound's counts from the other starts and
+   several nodes more after), then the ones that failed with the time left, each search resumed
+   where the first pass stopped it. The greedy packers fill nodes one at a time and often need
+   a node more than the counts allow; the search repairs a whole assignment;
+3. plans from the cost-minimizing pattern LP over every type (``allocation.patterns``, started
+   from the cheapest candidates' bins): every task packed on its counts rounded to the nearest
+   and with one type's rounded the other way (from its patterns), and two dives (fix its
+   largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function
+   solves that tail in at most TAIL_LIMIT_S), whose plans are candidates; only on instances of
+   more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost
+   about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
+4. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type; never below the lower bound) and repack every task on the rest with
    ``pack_on_bins``, from that plan;
-4. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
+5. local search on the cheapest candidates (``allocation.heuristics.improve``): empty the least
    loaded and dearest bins, directly or by a swap, move bins to cheaper types, merge pairs;
-5. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
+6. the restricted master (``allocation.master``): the cheapest set of the candidates' bins that
    covers every task, which recombines bins of different plans;
-6. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
+7. the full model, warm-started from the best plan, with symmetry breaking: bins of a type are
    identical, so they are ordered by their first task in a fixed task order (largest first); then
    open bins form a prefix (``y[t, j] >= y[t, j+1]``) and the task of rank ``r`` can only be in
    positions ``j <= r``. This removes the ``n!`` relabelings of every plan and about half of the
@@ -96,6 +103,14 @@ from allocation.packing import (
     packing_plan,
     within_limits,
 )
+from allocation.patterns import (
+    DIVE_FIX_ABOVE,
+    DIVE_TAIL_TASKS,
+    PatternMaster,
+    rounded_counts,
+    start_packing,
+    tail_instance,
+)
 
 __all__ = ["OPTIMAL", "TIME_LIMIT", "MilpResult", "SolverUnavailable", "solve_milp"]
 
@@ -110,17 +125,28 @@ TOLERANCE = 1e-6
 CAPACITY_SHARES = (1.0, 0.99, 0.98, 0.97, 0.95)
 SCARCITY_POWERS = (1, 2, 4, 8)
 # Shares of the time limit (CPU seconds) by which each phase must end: candidates, the packing
-# on given node counts, the shrinking of the best plan, the local search on the best candidates,
-# and the restricted master; the full model gets the rest but a margin, since writing the model
-# for CBC and reading it back run past CBC's own clock.
+# on given node counts, the pattern LP's plans, the shrinking of the best plan, the local search
+# on the best candidates, and the restricted master; the full model gets the rest but a margin,
+# since writing the model for CBC and reading it back run past CBC's own clock. The pattern
+# phase comes after the packing phase: before it, its 2-4 s CPU at 200 tasks delayed the
+# packing that finds most optima (uniform/tight/dear seed 0 of the benchmark's families, 2.5 s
+# into that phase, and skewed/loose/dear seed 1 were no longer found), and it needs about 2.5 s
+# for its LP and one dive.
 CANDIDATE_SHARE = 0.4
-FILL_SHARE = 0.7
-SHRINK_SHARE = 0.8
-IMPROVE_SHARE = 0.82
-MASTER_SHARE = 0.87
+FILL_SHARE = 0.65
+PATTERN_SHARE = 0.9
+SHRINK_SHARE = 0.95
+IMPROVE_SHARE = 0.96
+MASTER_SHARE = 0.975
 CBC_MARGIN_SHARE = 0.1
 # CPU seconds each node count gets in the fill phase's first pass.
 QUICK_TRIAL_S = 0.2
+# CPU seconds the dive's tail (at most DIVE_TAIL_TASKS tasks) gets from the solver itself.
+TAIL_LIMIT_S = 1.0
+# CPU seconds each of the pattern LP's rounded counts gets (the dives need the phase's time).
+PATTERN_TRIAL_S = 0.1
+# How many of the cheapest candidates give the pattern LP its first columns.
+PATTERN_START_PLANS = 4
 # How many of the cheapest candidates the local search starts from.
 IMPROVED_CANDIDATES = 4
 
@@ -189,6 +215,13 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         for filled in _filled(instance, relaxations, lower, best_cost, clock, FILL_SHARE):
             if within_limits(instance, filled):
                 candidates.append(filled)
+            if closed():
+                break
+
+    if not closed() and len(instance.tasks) > DIVE_TAIL_TASKS:
+        for plan in _from_patterns(instance, candidates, lower, best_cost, clock, PATTERN_SHARE):
+            if within_limits(instance, plan):
+                candidates.append(plan)
             if closed():
                 break
 
@@ -316,6 +349,63 @@ def _candidates(
         relaxations.append((share, aggregate, packings))
         for packing in packings:
             yield eliminate_bins(instance, packing), lower
+
+
+def _from_patterns(
+    instance: Instance,
+    candidates: list[Packing],
+    lower: float,
+    cost_to_beat: Callable[[], float],
+    clock: CpuClock,
+    share: float,
+) -> Iterator[Packing]:
+    """Plans from the pattern LP (``allocation.patterns``, started from the bins of the
+    PATTERN_START_PLANS cheapest candidates),
+    until ``share`` of the limit: every task packed (``BinSearch``, PATTERN_TRIAL_S each) on the
+    root LP's counts rounded (``rounded_counts``, from its patterns) when they would beat
+    ``cost_to_beat()``, then the plan of each dive (``DIVE_FIX_ABOVE``, each from the root):
+    its fixed patterns and the tail solved by ``solve_milp`` itself (at most DIVE_TAIL_TASKS
+    tasks)."""
+    deadline = clock.passed(share * clock.limit_s)
+    # The cheapest candidates' bins only: every column slows each simplex solve of the dives.
+    cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))[:PATTERN_START_PLANS]
+    master = PatternMaster(
+        instance, [(t, tasks) for p in cheapest for t, bins in p.items() for tasks in bins]
+    )
+    if not master.generate(deadline):
+        return
+    root = master.solution()
+    start = start_packing(instance, root)
+    for counts in rounded_counts(root):
+        bins = tuple(name for name, count in counts.items() for _ in range(count))
+        cost = _bins_cost(instance, bins)
+        if (
+            lower - TOLERANCE <= cost < cost_to_beat() - TOLERANCE
+            and _holds_volume(instance, bins)
+            and not deadline()
+        ):
+            stop = clock.elapsed() + min(PATTERN_TRIAL_S, clock.until(share))
+            packing = BinSearch(instance, bins, start).run(clock.passed(stop))
+            if packing is not None:
+                yield packing
+    for fix_above in DIVE_FIX_ABOVE:
+        master.unfix()
+        fixed = master.dive(deadline, fix_above)
+        tail = tail_instance(instance, fixed) if fixed is not None else None
+        if fixed is None or tail is None:
+            return
+        if not tail.tasks:
+            yield fixed
+            continue
+        try:
+            tail_result = solve_milp(tail, min(TAIL_LIMIT_S, max(clock.until(share), 0.1)))
+        except NoFeasiblePlan:
+            continue
+        tail_packing = packing_of(tail_result.plan)
+        yield {
+            nt.name: fixed.get(nt.name, []) + tail_packing.get(nt.name, [])
+            for nt in instance.node_types
+        }
 
 
 def _filled(

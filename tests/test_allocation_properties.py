@@ -21,6 +21,7 @@ from allocation.model import (
     Task,
     validate_plan,
 )
+from allocation.patterns import DIVE_TAIL_TASKS
 
 SETTINGS = settings(
     max_examples=100,
@@ -30,7 +31,7 @@ SETTINGS = settings(
 
 
 @st.composite
-def instances(draw: st.DrawFn, max_tasks: int, max_types: int = 3) -> Instance:
+def instances(draw: st.DrawFn, max_tasks: int, max_types: int = 3, min_tasks: int = 1) -> Instance:
     """Small integer capacities and prices, so that bins fill exactly and ties happen."""
     node_types = []
     for k in range(draw(st.integers(1, max_types))):
@@ -48,7 +49,7 @@ def instances(draw: st.DrawFn, max_tasks: int, max_types: int = 3) -> Instance:
             )
         )
     tasks = []
-    for i in range(draw(st.integers(1, max_tasks))):
+    for i in range(draw(st.integers(min_tasks, max_tasks))):
         # Each task is drawn to fit some type, so most instances are valid.
         capacity = draw(st.sampled_from(node_types)).capacity.as_tuple()
         tasks.append(
@@ -103,6 +104,24 @@ def test_milp_plan_is_feasible_and_no_dearer_than_the_heuristics(instance: Insta
         return
     validate_plan(instance, result.plan)
     assert 0 <= result.gap < 1
+    for plan in heuristics:
+        if plan is not None:
+            assert result.plan.total_cost <= plan.total_cost + 1e-9
+
+
+@settings(SETTINGS, max_examples=8)
+@given(instances(max_tasks=40, min_tasks=DIVE_TAIL_TASKS + 1))
+def test_plan_with_the_pattern_phase_is_feasible_and_no_dearer_than_first_fit(
+    instance: Instance,
+) -> None:
+    # More tasks than a dive's tail: the pattern LP and its dive run unless the bound is met
+    # first; a short limit keeps the test quick and cuts the phases short.
+    result = or_none(lambda i: solve_milp(i, time_limit_s=1), instance)
+    heuristics = [or_none(solver, instance) for solver in (first_fit, first_fit_decreasing)]
+    if result is None:
+        assert heuristics == [None, None]
+        return
+    validate_plan(instance, result.plan)
     for plan in heuristics:
         if plan is not None:
             assert result.plan.total_cost <= plan.total_cost + 1e-9
