@@ -21,12 +21,13 @@ types within a few percent per core) it picks 63 four-core and 17 sixteen-core n
 plans the packing search finds near those counts cost 109.07; the pattern LP's counts are near
 52 and 20, where a plan of 107.49 exists (issue 33).
 
-What the solver takes from it (``allocation.milp``): the LP's counts per type rounded to the
-nearest, and with one type's rounded the other way, and a dive (``dive``): fix the pattern
-with the largest value, price again, repeat, until the LP's tail is small; the tail's counts are
-rounded up and the whole is handed to the packing search (``allocation.fixed_bins``) as counts
-with a start, which repairs what the rounding left (a dive alone can end on a surcharge node for
-its last few tasks).
+What the solver takes from it (``allocation.milp``, after its packing phase): two dives
+(``dive``: fix the pattern with the largest value and every other near 1, price again, repeat,
+until at most DIVE_TAIL_TASKS tasks are left; ``tail_instance`` makes those an instance on the
+nodes the fixed patterns leave, which ``solve_milp`` itself solves, so that a dive does not end
+on a surcharge node for its last few tasks), each a plan the shrinking can start from; then every
+task packed (``allocation.fixed_bins``) on the root LP's counts rounded to the nearest, and with
+one type's rounded the other way, from its patterns (``start_packing``).
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ COLUMNS_PER_TYPE = 3
 SWAP_ROUNDS = 20
 # A pattern improves the master when its tasks' prices exceed the node's by this much.
 REDUCED_COST_TOLERANCE = 1e-7
-# A task covered by a fixed pattern; stands for an artificial cover's price (no plan pays it).
+# Each task's artificial cover costs this times the dearest node: it keeps the first master
+# feasible whatever its columns, and no optimum uses it once patterns cover the task.
 ARTIFICIAL_PRICE_FACTOR = 10.0
-# The dive stops fixing patterns once this few tasks are left to cover (the tail goes to the
-# packing search with rounded-up counts).
+# The dive stops fixing patterns once this few tasks are left to cover (the tail goes to
+# ``solve_milp`` as an instance of its own: small instances are proven optimal in well under a
+# second).
 DIVE_TAIL_TASKS = 20
 # Patterns at least this close to 1 are fixed together in one dive step, in the first dive and
 # in the second (from the root again, if time is left): which dive ends better varies, and the
@@ -85,7 +88,7 @@ class PatternMaster:
         self.rows = [tuple(row) for row in self.demand.tolist()]
         self.limit_rows = [tuple(limit.tolist()) for limit in self.limit]
         self.fits = [np.all(self.demand <= limit, axis=1) for limit in self.limit]
-        # Normalized sizes per type: each task's shares of a node, summed over the dimensions.
+        # Per type: each task's share of a node in each dimension (the pricing's size measures).
         self.shares = [
             self.demand / np.where(cap > 0, cap, 1e-9)
             for cap in (np.array(nt.capacity.as_tuple()) for nt in self.types)
