@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import errno
-import io
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from warc_checks import records_of_rows
 from warcio.archiveiterator import ArchiveIterator
 
 import storage.compaction as compaction
@@ -202,29 +202,6 @@ def archived_output(crawl_dir: Path, batches: int = 3) -> None:
             group.flush()
 
 
-def records_of_rows(crawl_dir: Path) -> dict[str, tuple[str, str]]:
-    """Asserts that each fetches row finds its own record at its pointer; returns each
-    record's URL and payload digest by WARC-Record-ID."""
-    rows = (
-        connect(crawl_dir)
-        .execute(
-            "SELECT url, warc_filename, warc_record_offset, warc_record_length, warc_record_id "
-            "FROM fetches"
-        )
-        .fetchall()
-    )
-    found = {}
-    for url, filename, offset, length, record_id in rows:
-        with open(crawl_dir / filename, "rb") as file:
-            file.seek(offset)
-            (record,) = ArchiveIterator(io.BytesIO(file.read(length)))
-        assert record.rec_headers.get_header("WARC-Target-URI") == url
-        assert record.rec_headers.get_header("WARC-Record-ID") == record_id
-        found[record_id] = (url, record.rec_headers.get_header("WARC-Payload-Digest"))
-    assert len(found) == len(rows) == 6
-    return found
-
-
 def warc_files(crawl_dir: Path) -> dict[str, list[str]]:
     """Each WARC file's record types, as warcio reads them; fastwarc (checking digests) agrees."""
     types = {}
@@ -240,6 +217,7 @@ def test_each_nodes_warc_files_become_one_named_by_crawl_and_node(tmp_path):
     crawl_dir = tmp_path / "night-1"
     archived_output(crawl_dir)
     records = records_of_rows(crawl_dir)
+    assert len(records) == 6
     assert len(warc_files(crawl_dir)) == 6  # a file per batch while the crawl runs
 
     result = compact(crawl_dir)
@@ -260,6 +238,7 @@ def test_warc_files_roll_at_the_size_set(tmp_path):
     crawl_dir = tmp_path / "night-1"
     archived_output(crawl_dir)
     records = records_of_rows(crawl_dir)
+    assert len(records) == 6
     # The batch files are about the same size: two fit, not three.
     largest = max(path.stat().st_size for path in (crawl_dir / WARC_DIR).iterdir())
 
@@ -285,6 +264,7 @@ def test_a_journal_whose_merged_warc_file_never_reached_the_disk_is_dropped(tmp_
     crawl_dir = tmp_path / "night-1"
     archived_output(crawl_dir)
     records = records_of_rows(crawl_dir)
+    assert len(records) == 6
     batches = warc_files(crawl_dir)
     monkeypatch.setattr(compaction, "finish_compaction", lambda crawl_dir: None)
     compact(crawl_dir)  # stops once the journal is written
@@ -304,6 +284,7 @@ def test_a_merge_the_disk_cannot_hold_removes_its_copies(tmp_path, monkeypatch):
     archived_output(crawl_dir)
     batches = warc_files(crawl_dir)
     records = records_of_rows(crawl_dir)
+    assert len(records) == 6
     real_write = os.write
 
     def full_for_merged_warc(fd, data):
