@@ -55,6 +55,12 @@ def test_sigterm_to_the_group_ends_the_crawl_in_seconds_and_it_resumes(tmp_path)
             )
         try:
             wait_for(log, "pages,", crawl, timeout_s=120)  # a progress line: nodes are fetching
+            # And a batch committed, so that there is something to resume (under load the
+            # first commit may come after the first progress line).
+            deadline = time.monotonic() + 60
+            while not any((out / "night-1" / "fetches").glob("*.parquet")):
+                assert crawl.poll() is None and time.monotonic() < deadline, "nothing committed"
+                time.sleep(0.2)
             os.killpg(crawl.pid, signal.SIGTERM)
             signalled = time.monotonic()
             code = crawl.wait(timeout=30)

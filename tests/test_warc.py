@@ -16,7 +16,7 @@ from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
 from storage.compaction import compact
 from storage.views import connect
-from storage.warc import WARC_DIR
+from storage.warc import WARC_DIR, plan_warc_files
 from storage.writer import discard_uncommitted
 from websim import WebSim, WebSpec
 
@@ -152,16 +152,23 @@ def test_compaction_rolls_warc_files_at_the_size_set(crawled, tmp_path):
     sizes = [path.stat().st_size for path in sorted(warc.iterdir())]
     records = records_of_rows(crawl_dir)
     limit = 2 * max(sizes)  # two batches or more to a file, a few files
+    # The batch files each merged file takes, as planned (by the batch files' sizes).
+    planned = [
+        [path.stat().st_size for path in paths]
+        for _, paths in sorted(plan_warc_files(warc, "c1", limit).items())
+    ]
     compact(crawl_dir, warc_file_bytes=limit)
     merged = sorted(warc.iterdir())
     assert len(merged) > 1
     assert [p.name for p in merged] == [
         f"c1-node-0-{n:05d}.warc.gz" for n in range(1, len(merged) + 1)
     ]
-    merged_sizes = [path.stat().st_size for path in merged]
-    # Each at most the limit, and rolled only when the next batch would not fit.
-    assert all(limit - max(sizes) < size <= limit for size in merged_sizes[:-1])
-    assert merged_sizes[-1] <= limit
+    assert len(planned) == len(merged)
+    # Rolled only when the next batch would not fit; each file at most the limit (it holds
+    # its batches' records less their own warcinfo records, and one warcinfo of its own).
+    for group, following in zip(planned, planned[1:], strict=False):
+        assert sum(group) <= limit < sum(group) + following[0]
+    assert all(path.stat().st_size <= limit for path in merged)
     assert all(read_by_both(path) for path in merged)
     assert records_of_rows(crawl_dir) == records
 
