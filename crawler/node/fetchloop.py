@@ -423,11 +423,14 @@ class FetchLoop:
             rtt_s = result.wire_rtt_s or result.rtt_s or (now - started)
             if result.network_rtt_s is not None:
                 controller.on_network_rtt(result.network_rtt_s)
-            if not own:  # a URL's own failure says nothing of the server's pace
+            slow = is_slow(result.error)
+            if not (own and slow):  # a URL's own slow failure says nothing of the server's pace
                 # An answer cut off (a hang, a drip, a reset) is no page to the controller:
-                # its time is the failure's, not a measure of how fast the server serves.
-                status = None if is_slow(result.error) else result.status
-                controller.on_response(now, rtt_s, status, retry_after)
+                # its time is the failure's, not a measure of how fast the server serves. A
+                # URL's own 429/503 still slows the pace (a token bucket answers some requests
+                # and refuses others), but its Retry-After holds only that URL.
+                status = None if slow else result.status
+                controller.on_response(now, rtt_s, status, None if own else retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.server_answered(server.host)
         return Answer(result, retry_after, asked, own, spent)

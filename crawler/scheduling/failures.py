@@ -3,13 +3,14 @@ its failures cost is kept, so that a slow failure costs its own URL and not the 
 
 A 429 or 503 on a server whose other URLs are answered at once is that URL's problem (a page
 that is rate-limited or broken on its own), not the server asking to be left alone; a timeout
-on a server whose other URLs are fast is that URL hanging. The node then leaves the server's
-pace as it is (the rate controller does not hear of it) and puts the URL's retry behind the
-server's new URLs. The retry of any slow failure (a timeout, a reset) waits behind them too,
-and a URL that timed out gets half the time its last try took (at least the connect timeout).
-When every URL fails alike, the failure is the server's, and the usual pause (Retry-After,
-backoff) holds the whole server: a server that answers 429 to everything is left alone as
-long as it asks (up to `retry_after_max_s`).
+on a server whose other URLs are fast is that URL hanging. The node then does not pause the
+server (a Retry-After holds only that URL; the rate controller still slows on a 429/503, not
+on a URL's own timeout) and puts the URL's retry behind the server's new URLs. The retry of
+any slow failure (a timeout, a reset) waits behind them too, and a URL that timed out gets
+half the time its last try took (at least the connect timeout). When every URL fails alike,
+the failure is the server's, and the usual pause (Retry-After, backoff) holds the whole
+server: a server that answers 429 to everything is left alone as long as it asks (up to
+`retry_after_max_s`).
 
 The time a server's failed requests take is counted; past `failure_budget_s` (plus a tenth of
 the time its answers took, so a big server's rare timeouts never add up to it) the server's
