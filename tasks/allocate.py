@@ -10,6 +10,7 @@ reported, and the servers are spread over the N nodes, largest first, to balance
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from allocation.demand import CrawlAllocation, local_node_types, plan_crawl
 from allocation.report import milp_sentence
 from crawler.config import CrawlConfig
 from crawler.scope.seeds import CrawlScope
+from crawler.scope.urls import server_of
 from storage.queries import previous_crawl_profile
 from storage.schema import ALLOCATION
 from storage.writer import ParquetDatasetWriter
@@ -43,12 +45,21 @@ def machine_memory_gb() -> float:
 def expected_host_pages(
     scope: CrawlScope, out_dir: str, crawl_id: str, config: CrawlConfig
 ) -> tuple[dict[str, int], float]:
+    """Pages per server: what the newest earlier crawl fetched there, else the config's
+    expectation; but a crawl that follows no link (`max_depth = 0`, no sitemaps) fetches a new
+    server's seeds and nothing else, so a seed file of 100,000 URLs over 5,000 servers is planned
+    as 100,000 pages, not 5,000 servers' worth of expected pages."""
     previous = previous_crawl_profile(Path(out_dir), crawl_id)
     known, page_kb = previous if previous else ({}, config.plan.expected_page_kb)
     default = config.plan.expected_pages_per_host
     max_pages = config.limits.max_pages
     if max_pages is not None:
         default = max(1, min(default, max_pages // len(scope.hosts)))
+    if config.limits.max_depth == 0 and not config.fetch.sitemaps:
+        seeds_per_host = Counter(server_of(url) for url in scope.seeds)
+        return {
+            host: known.get(host, max(1, seeds_per_host[host])) for host in scope.hosts
+        }, page_kb
     return {host: known.get(host, default) for host in scope.hosts}, page_kb
 
 

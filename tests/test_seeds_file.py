@@ -10,9 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from crawler.config import CrawlConfig
 from crawler.scope.rules import ScopeSettings
 from crawler.scope.seedfile import SeedError, read_seed_file
 from crawler.scope.seeds import build_scope, check_seeds, check_usable
+from tasks.allocate import expected_host_pages
 
 TEXT = """# nightly seeds
 http://Example.com/a#top
@@ -121,3 +123,16 @@ def test_the_command_reads_the_file_only_as_far_as_a_usable_seed(tmp_path, monke
     empty.write_text("# none yet\n")
     with pytest.raises(SeedError, match="holds no URLs"):
         check_seeds(["http://ok.example/"], str(empty), [], True, {"ok.example": "127.0.0.1"})
+
+
+def test_a_crawl_that_follows_no_link_is_planned_as_its_seeds(tmp_path):
+    # 7 seeds on one server, 1 on another, and an --allow server without seeds.
+    seeds = [f"http://big.example/{i}" for i in range(7)] + ["http://small.example/"]
+    scope = build_scope(seeds, None, ["extra.example"], ScopeSettings())
+    follows_none = CrawlConfig(limits={"max_depth": 0})
+    pages, _ = expected_host_pages(scope, str(tmp_path), "c1", follows_none)
+    assert pages == {"big.example": 7, "small.example": 1, "extra.example": 1}
+    # Links followed (or sitemaps read): a new server is expected to have the config's pages.
+    for config in (CrawlConfig(), CrawlConfig(limits={"max_depth": 0}, fetch={"sitemaps": True})):
+        pages, _ = expected_host_pages(scope, str(tmp_path), "c1", config)
+        assert set(pages.values()) == {config.plan.expected_pages_per_host}

@@ -12,6 +12,7 @@ from crawler.scheduling.recrawl import RecrawlError, start_depths, start_urls
 from crawler.scope.urls import host_key
 from runtime.backends import crawl_in_process
 from runtime.fleet import single_node
+from storage.health import scope_refusals
 from storage.views import connect
 from tasks.recrawl import load_revisits, start_manifest
 from websim import WebSim, WebSpec
@@ -74,6 +75,10 @@ def test_sitemaps_seed_the_frontier_through_the_nodes_fetch(web, tmp_path):
     }
     # No request went anywhere but the servers' own addresses (usp fetched nothing itself).
     assert all(entry["path"].startswith("/") for entry in web.request_log())
+    # The links of those depth-0 pages are not followed, and counted as refused by depth.
+    (links,) = con.execute("SELECT sum(outlink_count) FROM pages").fetchone()
+    assert links > 0
+    assert scope_refusals(con) == {"depth": links}
 
 
 def sitemap_files(con) -> set[str]:

@@ -21,6 +21,7 @@ from crawler.node.core import NodeCore
 from crawler.node.recorder import Recorder
 from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
+from crawler.scope.rules import BEYOND_MAX_DEPTH
 from crawler.scope.traps import descends
 from crawler.scope.urls import canonical_url, host_key, server_of
 from errors import FetchError
@@ -73,6 +74,11 @@ class Discovery:
         `max_links_per_page` links are taken."""
         core = self._core
         if core.max_depth is not None and depth > core.max_depth:
+            # Counted per link found, like the scope's refusals: the summary's `depth` line.
+            beyond = sum(1 for _ in islice(links, core.config.limits.max_links_per_page))
+            if beyond:
+                with core.lock:
+                    core.scope.refused[BEYOND_MAX_DEPTH] += beyond
             return []
         source_url = source.url
         source_host = server_of(source_url)

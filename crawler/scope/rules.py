@@ -2,7 +2,8 @@
 and `--allow`.
 
 A link the rules refuse is never queued (it gets no `fetches` row); each node counts what it
-refused, per reason, in its metrics (`refused_out_of_scope`, `refused_excluded`). The rules, in
+refused, per reason, in its metrics (`refused_out_of_scope`, `refused_excluded`, and
+`refused_depth` for the links of a page at `[limits] max_depth`). The rules, in
 the order they apply:
 
 1. the mode: a URL is in scope if it is on a seed's server (`server`, the default), under a
@@ -36,6 +37,8 @@ SCOPE_MODES: tuple[str, ...] = get_args(ScopeMode)
 OUT_OF_SCOPE = "out_of_scope"
 EXCLUDED = "excluded"
 REFUSAL_REASONS = (OUT_OF_SCOPE, EXCLUDED)
+# Not a scope rule: the links of a page at `[limits] max_depth`, which the crawl does not follow.
+BEYOND_MAX_DEPTH = "depth"
 
 
 class ScopeSettings(Section):
