@@ -7,13 +7,17 @@ URL everywhere: in the frontier, in the seen set and in the Parquet output.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_URL_LENGTH = 2048
+# An ASCII character other than a letter, a digit, "-", "." or "_" (non-ASCII names are IDNA's).
+NOT_IN_A_DNS_NAME = re.compile(r"[\x00-\x2c/:-@\[-\^`{-\x7f]")
 
 
 class BadUrl(ValueError):
@@ -35,29 +39,38 @@ def canonical_url(url: str) -> str:
         raise BadUrl(f"unsupported scheme in {url!r} (only http and https)")
     if not parts.hostname:
         raise BadUrl(f"no host in {url!r}")
-    netloc = parts.hostname.lower()
-    if ":" in netloc:
-        try:
-            ipaddress.IPv6Address(netloc.split("%", 1)[0])
-        except ValueError:
-            raise BadUrl(f"malformed host in {url[:200]!r}: not an IPv6 address") from None
-    elif any(char.isascii() and not (char.isalnum() or char in "-._") for char in netloc):
-        # A space, a quote, a percent sign...: no DNS name holds one.
-        raise BadUrl(f"malformed host in {url[:200]!r}: not a valid DNS name")
     try:
-        # What name resolution will need: a label empty or over 63 characters fails here, once,
-        # rather than at every lookup of the host.
-        netloc.encode("idna")
-    except UnicodeError:
-        raise BadUrl(f"malformed host in {url[:200]!r}: not a valid DNS name") from None
-    if ":" in netloc:  # an IPv6 literal keeps its brackets
-        netloc = f"[{netloc}]"
+        netloc = checked_host(parts.hostname.lower())
+    except BadUrl as exc:
+        raise BadUrl(f"malformed host in {url[:200]!r}: {exc}") from None
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
     try:
         return canonicalize_url(urlunsplit((scheme, netloc, parts.path or "/", parts.query, "")))
     except (UnicodeError, ValueError) as exc:  # IDNA: a label empty or over 63 characters, ...
         raise BadUrl(f"malformed host in {url[:200]!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=65536)
+def checked_host(host: str) -> str:
+    """The lower-case `host` as a URL writes it (an IPv6 literal in brackets), or BadUrl if
+    no request could reach it. Cached: a crawl meets the same few servers in every link."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise BadUrl("not an IPv6 address") from None
+        return f"[{host}]"
+    if NOT_IN_A_DNS_NAME.search(host):
+        # A space, a quote, a percent sign...: no DNS name holds one.
+        raise BadUrl("not a valid DNS name")
+    try:
+        # What name resolution will need: a label empty or over 63 characters fails here, once,
+        # rather than at every lookup of the host.
+        host.encode("idna")
+    except UnicodeError:
+        raise BadUrl("not a valid DNS name") from None
+    return host
 
 
 def host_key(url: str) -> str:
