@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawler.cluster.coordinator import Coordinator
+from crawler.cluster.coordinator import SEED_LOT, Coordinator
 from crawler.cluster.exchange import Exchange
 from crawler.cluster.recovery import OutputRecovery
 from storage.checkpoint import load_checkpoint
@@ -151,6 +151,7 @@ class RecordingNode:
     def __init__(self, node_id: str, log: list[tuple[str, str]]) -> None:
         self.node_id = node_id
         self.log = log
+        self.seeds: list[str] = []
 
     def restore(self, pending, done, admitted) -> None:
         self.log.append(("restore", self.node_id))
@@ -160,6 +161,11 @@ class RecordingNode:
 
     def start(self) -> None:
         self.log.append(("start", self.node_id))
+
+    def add_urls(self, items: list[tuple[str, int]]) -> int:
+        self.log.append(("add_urls", self.node_id))
+        self.seeds.extend(url for url, _ in items)
+        return len(items)
 
 
 def test_nodes_start_only_once_every_node_is_restored():
@@ -173,3 +179,19 @@ def test_nodes_start_only_once_every_node_is_restored():
     calls = [call for call, _ in log]
     assert calls.count("restore") == calls.count("start") == 3
     assert max(i for i, c in enumerate(calls) if c != "start") < calls.index("start")
+
+
+def test_a_long_seed_list_reaches_the_nodes_in_lots_after_they_start():
+    log: list[tuple[str, str]] = []
+    nodes = [RecordingNode(f"node-{i}", log) for i in range(2)]
+    owner = {A: "node-0", B: "node-1"}
+    seeds = [f"http://{(A, B)[i % 2]}/{i}" for i in range(2 * SEED_LOT + 1)]
+
+    Coordinator(nodes, owner, None, Exchange(owner)).seed(seeds)
+
+    # Both nodes run once the first lot is in; every seed reaches its server's node once.
+    calls = [call for call, _ in log]
+    assert calls[:4] == ["add_urls", "add_urls", "start", "start"]
+    assert calls.count("add_urls") == 2 + 2 + 1  # the last lot holds one URL
+    assert sorted(nodes[0].seeds + nodes[1].seeds) == sorted(seeds)
+    assert all(url.startswith(f"http://{A}/") for url in nodes[0].seeds)

@@ -26,9 +26,14 @@ from crawler.cluster.exchange import ExchangeSnapshot
 from crawler.cluster.recovery import Recovered
 from crawler.cluster.status import NodeStatus
 from crawler.scheduling.server import ServerState
-from crawler.scope.urls import host_key
+from crawler.scope.urls import server_of
 
 logger = logging.getLogger(__name__)
+
+# Seeds sent to the nodes at once. The nodes start after the first lot: queueing 100,000 seeds
+# takes a node seconds, and its first fetches need not wait for the last seed (each URL is
+# queued once whenever it comes). Smaller lots also keep a running node's lock short.
+SEED_LOT = 5_000
 
 
 class CrawlFailed(RuntimeError):
@@ -134,10 +139,14 @@ class Coordinator:
     # ---- start -------------------------------------------------------------------------------
 
     def seed(self, urls: list[str], depths: Mapping[str, int] | None = None) -> None:
-        """Start from `urls`, each at its depth in `depths` (a recrawl's known URLs), else 0."""
+        """Start from `urls`, each at its depth in `depths` (a recrawl's known URLs), else 0:
+        the nodes start once they have the first SEED_LOT, and get the rest while they run."""
         depths = depths or {}
-        self._route([(url, depths.get(url, 0)) for url in urls])
+        items = [(url, depths.get(url, 0)) for url in urls]
+        self._route(items[:SEED_LOT])
         self._begin()
+        for start in range(SEED_LOT, len(items), SEED_LOT):
+            self._route(items[start : start + SEED_LOT])
 
     def resume(
         self,
@@ -152,10 +161,10 @@ class Coordinator:
         done_by_node: dict[str, list[str]] = defaultdict(list)
         admitted_by_node: dict[str, list[str]] = defaultdict(list)
         for url, (depth, attempt) in pending.items():
-            pending_by_node[self.owner[host_key(url)]].append((url, depth, attempt))
+            pending_by_node[self.owner[server_of(url)]].append((url, depth, attempt))
         for urls, by_node in ((done, done_by_node), (admitted, admitted_by_node)):
             for url in urls:
-                node_id = self.owner.get(host_key(url))
+                node_id = self.owner.get(server_of(url))
                 if node_id is not None:
                     by_node[node_id].append(url)
         for node_id, node in self.nodes.items():
@@ -302,7 +311,7 @@ class Coordinator:
         """The seeds, to the nodes that own their servers."""
         batches: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for url, depth in items:
-            batches[self.owner[host_key(url)]].append((url, depth))
+            batches[self.owner[server_of(url)]].append((url, depth))
         for node_id, batch in batches.items():
             self.nodes[node_id].add_urls(batch)
 

@@ -32,7 +32,7 @@ from typing import Protocol
 from crawler.cluster.dedup import split_by_shard
 from crawler.cluster.settings import ExchangeSettings
 from crawler.scheduling.server import Item, ServerState
-from crawler.scope.urls import host_key
+from crawler.scope.urls import server_of
 
 # Inbox pulls the exchange thread makes in one heartbeat at most (the rest waits a beat).
 MAX_PULLS_PER_BEAT = 50
@@ -202,7 +202,7 @@ class Exchange:
 
     def _queue(self, items: list[Item]) -> None:
         for url, depth in items:
-            host = host_key(url)
+            host = server_of(url)
             if host not in self.owner:  # a server nobody was given: it starts in the pool
                 self.owner[host] = None
                 self.pool[host] = ServerState(host)

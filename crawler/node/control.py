@@ -31,7 +31,7 @@ from crawler.node.settings import NodeSettings
 from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
-from crawler.scope.urls import host_key
+from crawler.scope.urls import server_of
 from storage.writer import OutputFailed
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class CrawlerNode:
         skipped: Skipped = []
         with core.lock:
             for url, depth in items:
-                host = host_key(url)
+                host = server_of(url)
                 server = core.servers.get(host)
                 if server is None:
                     elsewhere.append((url, depth))  # its server moved on meanwhile
@@ -102,10 +102,10 @@ class CrawlerNode:
             for host, counts in counts_of(admitted).items():
                 core.servers[host].limits.add(counts)
             for url in done:
-                if (server := core.servers.get(host_key(url))) is not None:
+                if (server := core.servers.get(server_of(url))) is not None:
                     server.seen.add(url)
             for url, depth, attempt in pending:
-                server = core.servers[host_key(url)]
+                server = core.servers[server_of(url)]
                 # The depth inside its server is not in the output: the crawl depth bounds it.
                 task = UrlTask(url, depth, attempt, core.score(url), host_depth=depth)
                 if attempt == 1:
