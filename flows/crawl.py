@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prefect import flow
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 from crawler.alerts import AlertsRaised
 from crawler.request import CrawlRequest
@@ -23,6 +24,15 @@ from tasks.recrawl import plan_recrawl
 from tasks.report import report_crawl, seed_figures
 from tasks.resume import read_checkpoint
 from tasks.scope import scope_crawl, write_rejected_seeds
+
+T = TypeVar("T")
+
+
+def as_is(value: T) -> T:
+    """`value` for a task parameter, not walked by Prefect: its `quote`, which the task gets
+    unwrapped, typed as the value itself."""
+    return cast(T, quote(value))
+
 
 # The nightly deployment's flow (prefect.yaml): the same flow, retried when a run fails. A
 # retried run keeps its crawl id (`default_crawl_id`), so it resumes: nothing fetched is
@@ -57,24 +67,28 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
         depths = start_depths(scope.seeds, revisits)
         quiet_s = settings.output.resume_quiet_s
-        checkpoint = read_checkpoint(out_dir, crawl_id, start, quiet_s, depths)
+        # The seeds and what holds them (100,000 URLs and more) go to the tasks `as_is`:
+        # Prefect would otherwise walk every item at each call, looking for futures.
+        checkpoint = read_checkpoint(out_dir, crawl_id, as_is(start), quiet_s, as_is(depths))
         # After the checkpoint: a new crawl's directory must not exist before it looks.
         write_rejected_seeds(Path(out_dir) / crawl_id, scope)
-        specs = allocate_nodes(scope, request.nodes, out_dir, crawl_id, settings)
+        specs = allocate_nodes(as_is(scope), request.nodes, out_dir, crawl_id, settings)
         fleet = launch_nodes(
-            FleetPlan(
-                crawl_id=crawl_id,
-                out_dir=out_dir,
-                config=settings,
-                nodes=specs,
-                scope_hosts=scope.hosts,
-                allow_private=request.allow_private,
-                revisits=revisits,
-                scope=scope.rules,
+            as_is(
+                FleetPlan(
+                    crawl_id=crawl_id,
+                    out_dir=out_dir,
+                    config=settings,
+                    nodes=specs,
+                    scope_hosts=scope.hosts,
+                    allow_private=request.allow_private,
+                    revisits=revisits,
+                    scope=scope.rules,
+                )
             )
         )
         try:
-            usage = drive_crawl(fleet, start, checkpoint, depths)
+            usage = drive_crawl(fleet, as_is(start), as_is(checkpoint), as_is(depths))
         finally:
             statuses = close_nodes(fleet)
         require_committed(statuses)
