@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from w3lib.url import canonicalize_url
 
 from crawler.fetching.links import LinkResolver, parse_html
 from crawler.scope.addresses import AddressGuard, AddressRefused, refusal_reason
@@ -183,3 +184,22 @@ def test_guard_checks_every_resolved_address_without_connecting():
     allowed = AddressGuard(allow_private=True, resolver=lambda h, p: answers[h])
     # Allowed, a name is still resolved here, and the connection pinned to what it gave.
     assert allowed.check_url("http://mixed.example/") == "93.184.216.34"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    host=st.sampled_from(["Example.COM", "127.0.0.1", "[::1]", "b\u00fccher.example", "x-y.z"]),
+    port=st.sampled_from(["", ":80", ":8080"]),
+    path=st.text(st.sampled_from(list("aZ09-._~/%?#=&+ é")), max_size=24),
+)
+def test_canonical_url_is_what_w3lib_gives_the_checked_url(host, port, path):
+    # canonical_url skips w3lib for plain paths: the answer must be w3lib's all the same.
+    url = f"http://{host}{port}/{path}"
+    try:
+        canonical = canonical_url(url)
+    except BadUrl:
+        return
+    assert canonical == canonicalize_url(canonical)
+    scheme, netloc, plain_path, query, _ = urlsplit(url)
+    netloc = netloc.lower().removesuffix(":80")
+    assert canonical == canonicalize_url(urlunsplit((scheme, netloc, plain_path or "/", query, "")))
