@@ -78,7 +78,7 @@ class Discovery:
             beyond = sum(1 for _ in islice(links, core.config.limits.max_links_per_page))
             if beyond:
                 with core.lock:
-                    core.scope.refused[BEYOND_MAX_DEPTH] += beyond
+                    core.scope.refused.update({BEYOND_MAX_DEPTH: beyond})
             return []
         source_url = source.url
         source_host = server_of(source_url)
