@@ -99,7 +99,9 @@ class CrawlSummary(_Summary):
     refused: dict[str, int] = Field(
         description="URLs refused or failed, per reason; links not followed, per scope rule"
     )
-    alerts: list[str] = Field(description="the [alerts] thresholds crossed (then it raised)")
+    alerts: list[str] = Field(
+        description="the [alerts] thresholds crossed; crawl() raises AlertsRaised if any"
+    )
     plot: str = Field(description="the achieved request rate per server over time, a PNG")
     nodes: NodeUsage = Field(description="the nodes used against those planned")
 
@@ -115,6 +117,7 @@ def crawl(request: CrawlRequest) -> CrawlSummary:
     """
     from crawlflow.cli import check_before_start
 
+    request = _with_absolute_paths(request)
     check_before_start(request)
     if _in_prefect_run():
         from flows.crawl import crawl as crawl_flow
@@ -133,6 +136,34 @@ def crawl(request: CrawlRequest) -> CrawlSummary:
     if request.crawl_id is None:
         request = request.model_copy(update={"crawl_id": new_crawl_id()})
     return CrawlSummary.model_validate(run_crawl(request))
+
+
+def _with_absolute_paths(request: CrawlRequest) -> CrawlRequest:
+    """`request` with its local paths absolute, as the command makes them: the nodes open them
+    in the working directory of the Ray they run on, which an earlier crawl of the process may
+    have started elsewhere (or which is on another machine, where a relative path is wrong
+    anyway). A URL (`scheme://...`) is left as it is."""
+
+    def absolute(path: str) -> str:
+        return path if "://" in path else os.path.abspath(path)
+
+    scheduling = request.config.scheduling
+    quality_file = scheduling.quality_file
+    config = request.config.model_copy(
+        update={
+            "scheduling": scheduling.model_copy(
+                update={"quality_file": quality_file and absolute(quality_file)}
+            )
+        }
+    )
+    seeds_file = request.seeds_file
+    return request.model_copy(
+        update={
+            "out_dir": absolute(request.out_dir),
+            "seeds_file": seeds_file and absolute(seeds_file),
+            "config": config,
+        }
+    )
 
 
 def _in_prefect_run() -> bool:
