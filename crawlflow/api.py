@@ -13,6 +13,7 @@ own API.
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime
 from typing import Literal
 
@@ -123,7 +124,10 @@ def crawl(request: CrawlRequest) -> CrawlSummary:
         from flows.crawl import crawl as crawl_flow
 
         return CrawlSummary.model_validate(crawl_flow(request))
-    from crawlflow.boot import run_crawl
+    from crawlflow.boot import boot_for_the_command, run_crawl
+
+    # The temporary Prefect server (if one is needed) boots while Ray starts.
+    boot_for_the_command()
     from runtime.ray_backend import ensure_ray
     from storage.manifest import new_crawl_id
 
@@ -167,6 +171,8 @@ def _with_absolute_paths(request: CrawlRequest) -> CrawlRequest:
 
 
 def _in_prefect_run() -> bool:
+    if "prefect" not in sys.modules:
+        return False  # and Prefect stays unimported: the temporary server boots the sooner
     from prefect.context import FlowRunContext, TaskRunContext
 
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
