@@ -143,10 +143,10 @@ def crawl(request: CrawlRequest) -> CrawlSummary:
 
 
 def _with_absolute_paths(request: CrawlRequest) -> CrawlRequest:
-    """`request` with its local paths absolute, as the command makes them: the nodes open them
-    in the working directory of the Ray they run on, which an earlier crawl of the process may
-    have started elsewhere (or which is on another machine, where a relative path is wrong
-    anyway). A URL (`scheme://...`) is left as it is."""
+    """`request` with its local paths absolute: the nodes open them in the working directory
+    of the Ray they run on, which an earlier crawl of the process may have started in another
+    directory (a command's Ray starts in the command's). A URL (`scheme://...`) is left as it
+    is."""
 
     def absolute(path: str) -> str:
         return path if "://" in path else os.path.abspath(path)

@@ -133,6 +133,24 @@ def test_the_public_names_and_nothing_heavy_on_import():
         assert f"'{heavy}'" not in imported, heavy
 
 
+def test_local_paths_of_the_request_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quality.csv").write_text("url,quality\nhttp://a.example/,1\n")
+    request = CrawlRequest.model_validate(
+        {
+            "seeds_file": "seeds.txt",
+            "out_dir": "out",
+            "config": {"scheduling": {"quality_file": "quality.csv"}},
+        }
+    )
+    absolute = crawlflow.api._with_absolute_paths(request)
+    assert absolute.out_dir == str(tmp_path / "out")
+    assert absolute.seeds_file == str(tmp_path / "seeds.txt")
+    assert absolute.config.scheduling.quality_file == str(tmp_path / "quality.csv")
+    bucket = request.model_copy(update={"out_dir": "s3://bucket/crawls"})
+    assert crawlflow.api._with_absolute_paths(bucket).out_dir == "s3://bucket/crawls"
+
+
 def test_the_summary_reference_names_every_field():
     rendered = render_summary_reference()
     for model in (crawlflow.api.CrawlSummary, crawlflow.api.NodeUsage, crawlflow.api.NodeRun):
