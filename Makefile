@@ -12,7 +12,7 @@ PREFECT_PORT ?= 4200
 PREFECT_API_URL ?= http://127.0.0.1:$(PREFECT_PORT)/api
 WORK_POOL := crawlflow
 
-.PHONY: install demo test test-fast lint typecheck docs clean server deploy worker
+.PHONY: install demo test test-fast lint typecheck docs wheel-check clean server deploy worker
 
 install: $(STAMP)
 
@@ -49,6 +49,11 @@ typecheck: install
 # The user documentation (docs/, mkdocs.yml) as a static site in site/; a broken link fails it.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The wheel, installed with its dependencies into a fresh virtual environment, runs the example
+# of docs/python-api.md (.ci/wheel-check; CI runs it after `make test`).
+wheel-check:
+	PYTHON=$(PYTHON) .ci/wheel-check
 
 server: install
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)

@@ -33,11 +33,13 @@ class CrawlRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # Defaults by keyword (`default=`): type checkers without pydantic's plugin take a field
+    # whose default is positional for a required one (the API's users, docs/python-api.md).
     seeds: list[str] = Field(
         default_factory=list, description="start URLs; with [scope] they say what is in scope"
     )
     seeds_file: str | None = Field(
-        None,
+        default=None,
         description="more start URLs: a text file (one a line, # comments), or a .csv or "
         ".parquet file with a url column; malformed lines are reported, not fatal",
     )
@@ -45,21 +47,29 @@ class CrawlRequest(BaseModel):
         default_factory=list,
         description="more in scope: HOST, HOST:PORT, *.DOMAIN, or a URL prefix such as HOST/docs/",
     )
-    allow_private: bool = Field(False, description="allow loopback/private/link-local targets")
-    nodes: int | None = Field(
-        None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
+    allow_private: bool = Field(
+        default=False, description="allow loopback/private/link-local targets"
     )
-    out_dir: str = Field("crawl-out", description="output root; the crawl writes out_dir/crawl_id")
+    nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="crawler nodes; None: as many as the allocation plan",
+    )
+    out_dir: str = Field(
+        default="crawl-out", description="output root; the crawl writes out_dir/crawl_id"
+    )
     crawl_id: str | None = Field(
-        None, description="None: a new crawl; an earlier crawl's id resumes it"
+        default=None, description="None: a new crawl; an earlier crawl's id resumes it"
     )
     since: str | None = Field(
-        None,
+        default=None,
         description="the earlier crawl whose URLs are revisited; None: the newest earlier crawl "
         "of the same servers in out_dir",
     )
     incremental: bool = Field(
-        True, description="revisit an earlier crawl's URLs; False: a full crawl from the seeds"
+        default=True,
+        description="revisit an earlier crawl's URLs; False: a full crawl from the seeds",
     )
     config: CrawlConfig = Field(default_factory=CrawlConfig, description="crawler settings")
 

@@ -143,6 +143,8 @@ def boot_for_the_command() -> None:
 
 
 _booted_by_entry_point: PrefectServer | None = None
+# The temporary server the process's crawls run on, once one has started.
+_serving: PrefectServer | None = None
 
 
 def start_prefect_server(booting: PrefectServer | None = None) -> PrefectServer | None:
@@ -157,6 +159,10 @@ def start_prefect_server(booting: PrefectServer | None = None) -> PrefectServer 
         if booting is not None:
             booting.stop()
         return None
+    if _serving is not None and _serving.process.poll() is None:
+        if booting is not None:
+            booting.stop()
+        return _serving  # an earlier crawl's (the Python API's crawls, one process)
     server = booting or PrefectServer()
     print(f"Starting temporary Prefect server on {server.api_url}", file=sys.stderr, flush=True)
     return server
@@ -195,7 +201,9 @@ def _collector_paused() -> Iterator[None]:
 def crawl_runtime() -> Iterator[None]:
     """Inside: a Prefect API to run the flow on, a local Ray started, and the flow imported.
     A Ray started here is shut down in the background once the crawl's fleet has stopped, or
-    on the way out (runtime.ray_backend.CommandRay)."""
+    on the way out (runtime.ray_backend.CommandRay). A temporary server started here serves
+    the process's later crawls too, and stops when the process exits."""
+    global _serving
     booting = boot_prefect_server()
     # Ray and the crawler (requests) are imported before the thread below starts: imports
     # racing with each other's warning filters let urllib3 print a stray warning.
@@ -218,7 +226,7 @@ def crawl_runtime() -> Iterator[None]:
         else:
             from prefect.settings import temporary_settings
 
-            server = wait_for_server(server)
+            server = _serving = wait_for_server(server)
             # In the environment too, for a crawl_runtime entered again inside this one.
             os.environ["PREFECT_API_URL"] = server.api_url
             try:

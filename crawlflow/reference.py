@@ -1,9 +1,11 @@
 """Reference tables of the user documentation, rendered from the code so that they cannot drift
-from it: every settings key (the `CrawlConfig` tree, crawler/config.py) and every column of the
-output datasets (storage/schema.py).
+from it: every settings key (the `CrawlConfig` tree, crawler/config.py), every column of the
+output datasets (storage/schema.py), and every field of the Python API's crawl summary
+(crawlflow/api.py).
 
-The MkDocs hook (docs/hooks.py) puts them where docs/configuration.md and docs/output.md hold
-their markers; tests/test_docs.py checks that every key and column is in them.
+The MkDocs hook (docs/hooks.py) puts them where docs/configuration.md, docs/output.md and
+docs/python-api.md hold their markers; tests/test_docs.py checks that every key and column is
+in them.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from crawler.config import CrawlConfig
 from crawler.section import Section
+from crawlflow.api import CrawlSummary, NodeRun, NodeUsage
 from storage.schema import DATASETS
 
 CONFIG_MARKER = "<!-- reference:config -->"
 SCHEMA_MARKER = "<!-- reference:schema -->"
+SUMMARY_MARKER = "<!-- reference:summary -->"
 
 # A bound of a numeric setting as the validator states it, and how the table writes it.
 _BOUNDS: tuple[tuple[type, str, str], ...] = (
@@ -96,10 +101,26 @@ def render_schema_reference() -> str:
     return "\n".join(parts)
 
 
+def render_summary_reference() -> str:
+    """Markdown: per class of the Python API's crawl summary, a table of its fields."""
+    parts: list[str] = []
+    for model in (CrawlSummary, NodeUsage, NodeRun):
+        parts += [f"### `{model.__name__}`", "", _doc(model), ""]
+        parts += ["| field | type | meaning |", "| --- | --- | --- |"]
+        parts += [
+            f"| `{name}` | {_cell(_python_type(field.annotation))} | "
+            f"{_cell(field.description or '')} |"
+            for name, field in model.model_fields.items()
+        ]
+        parts.append("")
+    return "\n".join(parts)
+
+
 # Marker -> what replaces it (docs/hooks.py).
 MARKERS: dict[str, Callable[[], str]] = {
     CONFIG_MARKER: render_config_reference,
     SCHEMA_MARKER: render_schema_reference,
+    SUMMARY_MARKER: render_summary_reference,
 }
 
 
@@ -110,7 +131,7 @@ def _section_of(field: FieldInfo) -> type[Section] | None:
     return None
 
 
-def _doc(model: type[Section]) -> str:
+def _doc(model: type[BaseModel]) -> str:
     """The section's docstring without the table name it opens with (the heading shows it)."""
     doc = inspect.cleandoc(model.__doc__ or "")
     doc = " ".join(re.sub(r"^`\[[\w.]+\]`:\s*", "", doc).split())
@@ -149,6 +170,13 @@ def _type_name(annotation: Any) -> str:
         (item,) = get_args(annotation)
         return f"list of {_type_name(item)}s"
     return _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _python_type(annotation: Any) -> str:
+    """An annotation as Python code writes it: `datetime | None`, `list[NodeRun]`."""
+    if isinstance(annotation, type) and not get_args(annotation):
+        return annotation.__name__
+    return re.sub(r"\b(?:typing|datetime|crawlflow\.api)\.", "", str(annotation))
 
 
 def _toml(value: Any) -> str:
