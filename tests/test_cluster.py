@@ -1,0 +1,155 @@
+"""A crawl on a real Ray cluster of two raylets, each started by its own `ray start` on its
+own loopback address as on two machines (runtime/localcluster.py): `crawlflow crawl` joins it
+through RAY_ADDRESS, as a user's command would, its nodes run on both raylets, and when the
+second raylet's machine is lost mid-crawl the nodes on the first take its servers over: every
+page once, none lost (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.localcluster import LocalCluster, Raylet, raylet_ip
+from storage.views import connect
+from websim import WebSim, WebSpec
+from websim.coverage import coverage
+
+pytestmark = pytest.mark.integration  # a Ray cluster, the CLI with its Prefect server, websim
+
+CRAWLFLOW = str(Path(sys.executable).with_name("crawlflow"))
+HEAD, WORKER = raylet_ip(0), raylet_ip(1)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two raylets of 2 CPUs each: the crawl's 4 nodes, spread, run 2 on each."""
+    ray_cluster = LocalCluster(
+        tmp_path_factory.mktemp("cluster"),
+        [Raylet("head", num_cpus=2), Raylet("worker-1", num_cpus=2)],
+    )
+    ray_cluster.start()
+    try:
+        yield ray_cluster
+    finally:
+        ray_cluster.stop()
+
+
+@pytest.fixture(params=["local"])
+def out(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the crawl writes: local disk (both raylets are on this machine); another store
+    every raylet reaches (an S3 server) can be added as a parameter."""
+    return str(tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def slow_web() -> Iterator[WebSim]:
+    # Hidden limits of about 10 requests/s per server: the crawl lasts long enough to lose a
+    # raylet in the middle of it.
+    spec = WebSpec(hosts=6, pages=400, seed=5, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
+    with WebSim(spec) as sim:
+        yield sim
+
+
+def crawl_command(
+    sim: WebSim, cluster: LocalCluster, out: str, crawl_id: str, workdir: Path
+) -> tuple[list[str], dict[str, str]]:
+    config = workdir / "crawl.toml"
+    # Small batches, committed often: a node has committed some when its machine goes.
+    config.write_text(
+        "[output]\nwrite_interval_s = 0.2\nwrite_batch_rows = 10\n[exchange]\nheartbeat_s = 0.1\n"
+    )
+    argv = [
+        CRAWLFLOW,
+        "crawl",
+        sim.hub_url,
+        *[f"--allow={server}" for server in sim.servers],
+        "--allow-private",
+        "--nodes=4",
+        f"--config={config}",
+        f"--out={out}",
+        f"--crawl-id={crawl_id}",
+    ]
+    env = {**cluster.client_environment(), "PREFECT_HOME": str(workdir / "prefect-home")}
+    env.pop("PREFECT_API_URL", None)
+    return argv, env
+
+
+def placements(log: str) -> dict[str, str]:
+    """node id -> address of the Ray node it runs on, from the launch step's log lines."""
+    found = {}
+    for line in log.splitlines():
+        if "crawler node" in line and "runs on Ray node" in line:
+            words = line.split("crawler node ", 1)[1].split()
+            found[words[0]] = words[-1].strip("()")
+    return found
+
+
+def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
+    cluster: LocalCluster, slow_web: WebSim, out: str, tmp_path: Path
+) -> None:
+    argv, env = crawl_command(slow_web, cluster, out, "lost-raylet", tmp_path)
+    log_path = tmp_path / "crawl.log"
+    crawl_dir = Path(out) / "lost-raylet"
+    with log_path.open("w") as log_file:
+        crawl = subprocess.Popen(
+            argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        # The nodes on the second raylet, once launched; then a few batches of theirs.
+        deadline = time.monotonic() + 180
+        while not (on_worker := [n for n, ip in placements(log_path.read_text()).items()
+                                 if ip == WORKER]):
+            assert crawl.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no node launched on the second raylet"
+            time.sleep(0.2)
+        while sum(
+            len(list((crawl_dir / "fetches").glob(f"{node}-*.parquet"))) for node in on_worker
+        ) < 3:
+            assert crawl.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the second raylet's nodes committed nothing"
+            time.sleep(0.05)
+        cluster.lose("worker-1")
+        code = crawl.wait(timeout=300)
+    finally:
+        if crawl.poll() is None:
+            os.killpg(crawl.pid, 9)
+    said = log_path.read_text()
+    assert code == 0, said[-4000:]
+    assert "Traceback" not in said
+
+    where = placements(said)
+    assert set(where.values()) == {HEAD, WORKER}, where
+    assert len(where) == 4
+    # The crawler-nodes table of the summary names each node's Ray node too.
+    for node, ip in where.items():
+        assert any(node in line and ip in line for line in said.splitlines()), node
+    con = connect(crawl_dir)
+    fetched_by = dict(
+        con.execute(
+            "SELECT node_id, count(*) FROM fetches WHERE fetch_status = 200 GROUP BY node_id"
+        ).fetchall()
+    )
+    # Both raylets' nodes fetched pages; the lost ones' servers were finished on the head.
+    assert all(fetched_by.get(node, 0) > 0 for node in where), fetched_by
+    for node in on_worker:
+        assert any(f"crawler node {node}" in line and "died" in line for line in said.splitlines())
+    result = coverage(crawl_dir, slow_web.reachable_allowed_urls())
+    assert result["missing"] == [] and result["coverage"] == 1.0
+    assert result["duplicates"] == 0
+    twice = con.execute(
+        "SELECT url FROM fetches WHERE fetch_status = 200 AND url_path <> '/robots.txt' "
+        "GROUP BY url HAVING count(*) > 1"
+    ).fetchall()
+    assert twice == []
+    (duplicate_pages,) = con.execute(
+        "SELECT count(*) - count(DISTINCT url) FROM pages"
+    ).fetchone() or (None,)
+    assert duplicate_pages == 0
+    print(json.dumps({"placements": where, "fetched_by": fetched_by}))
