@@ -29,10 +29,9 @@ HEAD, WORKER = raylet_ip(0), raylet_ip(1)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Two raylets of 2 CPUs each: the crawl's 4 nodes, spread, run 2 on each."""
+    """Two raylets of one CPU each: the crawl's two nodes, spread, run one on each."""
     ray_cluster = LocalCluster(
-        tmp_path_factory.mktemp("cluster"),
-        [Raylet("head", num_cpus=2), Raylet("worker-1", num_cpus=2)],
+        tmp_path_factory.mktemp("cluster"), [Raylet("head"), Raylet("worker-1")]
     )
     ray_cluster.start()
     try:
@@ -52,7 +51,7 @@ def out(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def slow_web() -> Iterator[WebSim]:
     # Hidden limits of about 10 requests/s per server: the crawl lasts long enough to lose a
     # raylet in the middle of it.
-    spec = WebSpec(hosts=6, pages=400, seed=5, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
+    spec = WebSpec(hosts=4, pages=240, seed=5, rate_limit_rps=(10.0, 15.0), latency_ms=(1, 3))
     with WebSim(spec) as sim:
         yield sim
 
@@ -63,7 +62,7 @@ def crawl_command(
     config = workdir / "crawl.toml"
     # Small batches, committed often: a node has committed some when its machine goes.
     config.write_text(
-        "[output]\nwrite_interval_s = 0.2\nwrite_batch_rows = 10\n[exchange]\nheartbeat_s = 0.1\n"
+        "[output]\nwrite_interval_s = 0.3\nwrite_batch_rows = 20\n[exchange]\nheartbeat_s = 0.1\n"
     )
     argv = [
         CRAWLFLOW,
@@ -71,7 +70,7 @@ def crawl_command(
         sim.hub_url,
         *[f"--allow={server}" for server in sim.servers],
         "--allow-private",
-        "--nodes=4",
+        "--nodes=2",
         f"--config={config}",
         f"--out={out}",
         f"--crawl-id={crawl_id}",
@@ -91,6 +90,33 @@ def placements(log: str) -> dict[str, str]:
     return found
 
 
+def test_the_workers_run_the_drivers_copy_of_crawlflow(cluster: LocalCluster) -> None:
+    """A worker imports crawlflow's packages from what the command uploaded (Ray's
+    `py_modules`, runtime.ray_backend.cluster_runtime_env), not from its own installation.
+    Runs first: the next test loses the second raylet."""
+    probe = (
+        "import ray\n"
+        "from runtime.ray_backend import ensure_ray\n"
+        "ensure_ray()\n"
+        "@ray.remote(num_cpus=0, resources={'worker-1': 0.01})\n"
+        "def where():\n"
+        "    import crawler, storage\n"
+        "    return crawler.__file__, storage.__file__\n"
+        "print(*ray.get(where.remote(), timeout=90))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cluster.client_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path in done.stdout.split():
+        assert "/runtime_resources/py_modules_files/" in path, path
+        assert not path.startswith(str(Path(__file__).parents[1])), path
+
+
 def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
     cluster: LocalCluster, slow_web: WebSim, out: str, tmp_path: Path
 ) -> None:
@@ -104,14 +130,16 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
     try:
         # The nodes on the second raylet, once launched; then a few batches of theirs.
         deadline = time.monotonic() + 180
-        while not (on_worker := [n for n, ip in placements(log_path.read_text()).items()
-                                 if ip == WORKER]):
+        while not (
+            on_worker := [n for n, ip in placements(log_path.read_text()).items() if ip == WORKER]
+        ):
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "no node launched on the second raylet"
             time.sleep(0.2)
-        while sum(
-            len(list((crawl_dir / "fetches").glob(f"{node}-*.parquet"))) for node in on_worker
-        ) < 3:
+        while (
+            sum(len(list((crawl_dir / "fetches").glob(f"{node}-*.parquet"))) for node in on_worker)
+            < 2
+        ):
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "the second raylet's nodes committed nothing"
             time.sleep(0.05)
@@ -126,7 +154,7 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
 
     where = placements(said)
     assert set(where.values()) == {HEAD, WORKER}, where
-    assert len(where) == 4
+    assert len(where) == 2
     # The crawler-nodes table of the summary names each node's Ray node too.
     for node, ip in where.items():
         assert any(node in line and ip in line for line in said.splitlines()), node
