@@ -90,7 +90,9 @@ def placements(log: str) -> dict[str, str]:
     return found
 
 
-def test_the_workers_run_the_drivers_copy_of_crawlflow(cluster: LocalCluster) -> None:
+def test_the_workers_run_the_drivers_copy_of_crawlflow(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
     """A worker imports crawlflow's packages from what the command uploaded (Ray's
     `py_modules`, runtime.ray_backend.cluster_runtime_env), not from its own installation.
     Runs first: the next test loses the second raylet."""
@@ -107,6 +109,7 @@ def test_the_workers_run_the_drivers_copy_of_crawlflow(cluster: LocalCluster) ->
     done = subprocess.run(
         [sys.executable, "-c", probe],
         env=cluster.client_environment(),
+        cwd=tmp_path,  # not the repository: Ray puts the driver's directory on the workers' path
         capture_output=True,
         text=True,
         timeout=120,
