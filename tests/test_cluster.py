@@ -75,8 +75,10 @@ def crawl_command(
         f"--out={out}",
         f"--crawl-id={crawl_id}",
     ]
-    env = {**cluster.client_environment(), "PREFECT_HOME": str(workdir / "prefect-home")}
-    env.pop("PREFECT_API_URL", None)
+    from prefect.settings import PREFECT_API_URL
+
+    # The session's Prefect server (the `prefect_api` fixture): no temporary one to start.
+    env = {**cluster.client_environment(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     return argv, env
 
 
@@ -121,7 +123,7 @@ def test_the_workers_run_the_drivers_copy_of_crawlflow(
 
 
 def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
-    cluster: LocalCluster, slow_web: WebSim, out: str, tmp_path: Path
+    cluster: LocalCluster, slow_web: WebSim, prefect_api: None, out: str, tmp_path: Path
 ) -> None:
     argv, env = crawl_command(slow_web, cluster, out, "lost-raylet", tmp_path)
     log_path = tmp_path / "crawl.log"
