@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,9 @@ class LocalCluster:
         self.env = cluster_environment(secrets.token_hex(32), env)
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        # Ray's sockets live under its temp dir, and a socket's path has at most 107 bytes:
+        # a short directory of its own, whatever `root` is.
+        self.ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
 
     @property
     def address(self) -> str:
@@ -115,7 +119,7 @@ class LocalCluster:
                 f"--port={self.port}",
                 "--include-dashboard=false",
                 f"--dashboard-port={free_port()}",
-                f"--temp-dir={self.root / 'ray'}",
+                f"--temp-dir={self.ray_dir}",
             ]
         else:
             argv.append(f"--address={self.address}")
@@ -185,3 +189,4 @@ class LocalCluster:
         start --block` would drain for up to 30 s on SIGTERM)."""
         for name in self.processes:
             self.lose(name)
+        shutil.rmtree(self.ray_dir, ignore_errors=True)

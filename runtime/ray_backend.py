@@ -76,11 +76,11 @@ def cluster_runtime_env() -> dict[str, Any] | None:
     """What the command gives the cluster's workers to run crawler nodes: this machine's copy
     of crawlflow's packages (Ray's `py_modules`: uploaded once per crawl, a megabyte, and put
     on every worker's path ahead of its installed packages), so that a worker machine runs the
-    same code as the driver whatever it has installed. The libraries they import (requirements of the wheel, at
-    constraints.txt's versions) must be on the worker machines, as Ray itself is: in their
-    image, or through a `pip` runtime env (docs/cluster.md). None when the job that runs the
-    command (`ray job submit`) already names the code, with `py_modules` or a `working_dir`:
-    Ray refuses two values of one field."""
+    same code as the driver whatever it has installed. The libraries they import (the wheel's
+    requirements, at constraints.txt's versions) must be on the worker machines, as Ray itself
+    is: in their image, or through a `pip` runtime env (docs/cluster.md). None when the job
+    that runs the command (`ray job submit`) already names the code, with `py_modules` or a
+    `working_dir`: Ray refuses two values of one field."""
     job_env = json.loads(os.environ.get(RAY_JOB_CONFIG, "{}")).get("runtime_env") or {}
     if "py_modules" in job_env or "working_dir" in job_env:
         return None
