@@ -181,7 +181,12 @@ def main() -> None:
                 else:
                     cluster = LocalCluster(workdir / "cluster", [Raylet("head"), Raylet("w1")])
                     began = time.monotonic()
-                    cluster.start()
+                    try:
+                        cluster.start()
+                    except (RuntimeError, TimeoutError) as exc:
+                        print(f"the cluster did not start: {exc}", flush=True)
+                        runs[case].append({"failed": "cluster start", "load": load})
+                        continue
                     cluster_start_s.append(round(time.monotonic() - began, 2))
                     try:
                         run = run_crawl(
@@ -238,7 +243,8 @@ def main() -> None:
     print(f"failed runs: {failed}")
     print(f"nodes fetched on both raylets: {harness.verdict(spread)}")
     print(f"every page once after the loss: {harness.verdict(once)}")
-    print(f"cluster start (two raylets): median {statistics.median(cluster_start_s):.1f} s")
+    if cluster_start_s:
+        print(f"cluster start (two raylets): median {statistics.median(cluster_start_s):.1f} s")
     bench_run.write_json(
         {
             "web": {"hosts": WEB.hosts, "pages": WEB.pages},

@@ -67,6 +67,10 @@ def cluster_environment(token: str, extra: dict[str, str] | None = None) -> dict
     return env
 
 
+class RayletExited(RuntimeError):
+    """`ray start` ended before its raylet was up."""
+
+
 class LocalCluster:
     """`raylets[0]` is the head. `start()` returns once every raylet has joined."""
 
@@ -125,19 +129,20 @@ class LocalCluster:
             argv.append(f"--address={self.address}")
         return argv
 
-    def start(self, timeout_s: float = 90.0) -> None:
+    def start(self, timeout_s: float = 90.0, attempts: int = 3) -> None:
+        """Each raylet is started up to `attempts` times: `ray start` gives up when its raylet
+        has not registered within 30 s, which a heavily loaded machine can take."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             for index, raylet in enumerate(self.raylets):
-                log = (self.root / f"{raylet.name}.log").open("wb")
-                self.processes[raylet.name] = subprocess.Popen(
-                    self._argv(index, raylet),
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: see `lose`
-                )
-                self._wait_until_started(raylet.name, timeout_s)
+                for attempt in range(1, attempts + 1):
+                    try:
+                        self._start_raylet(index, raylet, timeout_s)
+                        break
+                    except RayletExited:
+                        self.lose(raylet.name)
+                        if attempt == attempts:
+                            raise
             deadline = time.monotonic() + timeout_s
             while len(self.alive_nodes()) < len(self.raylets):
                 if time.monotonic() > deadline:
@@ -164,13 +169,24 @@ class LocalCluster:
         nodes: list[dict[str, object]] = json.loads(done.stdout.decode().splitlines()[-1])
         return nodes
 
+    def _start_raylet(self, index: int, raylet: Raylet, timeout_s: float) -> None:
+        log = (self.root / f"{raylet.name}.log").open("ab")
+        self.processes[raylet.name] = subprocess.Popen(
+            self._argv(index, raylet),
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: see `lose`
+        )
+        self._wait_until_started(raylet.name, timeout_s)
+
     def _wait_until_started(self, name: str, timeout_s: float) -> None:
         """Until `ray start` says its processes are up (it then blocks, watching them)."""
         log, process = self.root / f"{name}.log", self.processes[name]
         deadline = time.monotonic() + timeout_s
         while "Ray runtime started" not in log.read_text(errors="replace"):
             if process.poll() is not None:
-                raise RuntimeError(f"raylet {name} exited: {log.read_text()[-2000:]}")
+                raise RayletExited(f"raylet {name} exited: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"raylet {name} not up in {timeout_s:.0f} s")
             time.sleep(0.2)

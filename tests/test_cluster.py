@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from runtime.localcluster import LocalCluster, Raylet, raylet_ip
@@ -82,14 +84,22 @@ def crawl_command(
     return argv, env
 
 
-def placements(log: str) -> dict[str, str]:
-    """node id -> address of the Ray node it runs on, from the launch step's log lines."""
-    found = {}
-    for line in log.splitlines():
-        if "crawler node" in line and "runs on Ray node" in line:
-            words = line.split("crawler node ", 1)[1].split()
-            found[words[0]] = words[-1].strip("()")
-    return found
+PLACED = re.compile(r"crawler node (\S+) runs on Ray node (\w+) \(([\d.]+)\)")
+
+
+def placements(log: str) -> dict[str, tuple[str, str]]:
+    """node id -> (id, address) of the Ray node it runs on, from the launch step's log."""
+    return {node: (ray_node, ip) for node, ray_node, ip in PLACED.findall(log)}
+
+
+def committed_pages(crawl_dir: Path, nodes: list[str]) -> int:
+    """Pages (robots.txt aside) in the committed fetches files of `nodes`."""
+    files = [str(p) for node in nodes for p in (crawl_dir / "fetches").glob(f"{node}-*.parquet")]
+    if not files:
+        return 0
+    query = "SELECT count(*) FROM read_parquet(?) WHERE url_path <> '/robots.txt'"
+    row = duckdb.connect().execute(query, [files]).fetchone()
+    return int(row[0]) if row else 0
 
 
 def test_the_workers_run_the_drivers_copy_of_crawlflow(
@@ -136,15 +146,14 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
         # The nodes on the second raylet, once launched; then a few batches of theirs.
         deadline = time.monotonic() + 180
         while not (
-            on_worker := [n for n, ip in placements(log_path.read_text()).items() if ip == WORKER]
+            on_worker := [
+                node for node, (_, ip) in placements(log_path.read_text()).items() if ip == WORKER
+            ]
         ):
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "no node launched on the second raylet"
             time.sleep(0.2)
-        while (
-            sum(len(list((crawl_dir / "fetches").glob(f"{node}-*.parquet"))) for node in on_worker)
-            < 2
-        ):
+        while committed_pages(crawl_dir, on_worker) < 10:
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "the second raylet's nodes committed nothing"
             time.sleep(0.05)
@@ -158,18 +167,21 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
     assert "Traceback" not in said
 
     where = placements(said)
-    assert set(where.values()) == {HEAD, WORKER}, where
-    assert len(where) == 2
-    # The crawler-nodes table of the summary names each node's Ray node too.
-    for node, ip in where.items():
-        assert any(node in line and ip in line for line in said.splitlines()), node
+    assert sorted(ip for _, ip in where.values()) == [HEAD, WORKER], where
+    # The summary's crawler-nodes table names each node's Ray node, and the lost one as lost.
+    rows = [line for line in said.splitlines() if line.startswith("│ node-")]
+    for node, (ray_node, ip) in where.items():
+        (row,) = [line for line in rows if line.split()[1] == node]
+        assert f"{ip} {ray_node[:8]}" in row
+        assert row.split("│")[3].strip() == str(node in on_worker)
     con = connect(crawl_dir)
     fetched_by = dict(
         con.execute(
-            "SELECT node_id, count(*) FROM fetches WHERE fetch_status = 200 GROUP BY node_id"
+            "SELECT node_id, count(*) FROM fetches WHERE fetch_status = 200 "
+            "AND url_path <> '/robots.txt' GROUP BY node_id"
         ).fetchall()
     )
-    # Both raylets' nodes fetched pages; the lost ones' servers were finished on the head.
+    # Both raylets' nodes fetched pages; the lost one's servers were finished on the head.
     assert all(fetched_by.get(node, 0) > 0 for node in where), fetched_by
     for node in on_worker:
         assert any(f"crawler node {node}" in line and "died" in line for line in said.splitlines())
