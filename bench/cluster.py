@@ -15,8 +15,10 @@ Per run: the whole command's time, the crawl task's time ("crawl done in"), wher
 ran (the command's log), pages, pages missing from the reachable web and pages twice (from
 the Parquet output, with DuckDB), the requests websim saw for a target it had already answered
 (what the takeover fetched again), and for a loss, the seconds from the kill to the log line
-that the lost node's servers went to the others. A new cluster per cluster run (a lost raylet
-is not restarted); its start is timed apart. Ray's health checks are at their defaults.
+that the lost node's servers went to the others. All runs use one Prefect server, started by
+the benchmark (the command's time leaves out starting one). A new cluster per cluster run (a
+lost raylet is not restarted); its start is timed apart. Ray's health checks are at their
+defaults.
 
     .venv/bin/python -m bench.cluster [--quick] [--rounds N] [--json PATH]
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.utilities import prefect_test_harness
 
 from bench import harness
 from runtime.localcluster import LocalCluster, Raylet, raylet_ip
@@ -59,8 +64,6 @@ def run_crawl(
     """One `crawlflow crawl` of the web; with `lose`, the second raylet lost mid-crawl."""
     out = workdir / "out"
     log_path = workdir / "crawl.log"
-    env = {**env, "PREFECT_HOME": str(workdir / "prefect-home")}
-    env.pop("PREFECT_API_URL", None)
     argv = [
         CRAWLFLOW,
         "crawl",
@@ -167,9 +170,18 @@ def main() -> None:
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     bench_run = harness.start("cluster", args)
+    # SIGTERM ends the run through its `finally`s: its raylets are stopped, not left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runs: dict[str, list[dict[str, Any]]] = {"local": [], "cluster": [], "cluster, lost": []}
     cluster_start_s: list[float] = []
-    with WebSim(WEB) as sim, tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+    with (
+        WebSim(WEB) as sim,
+        tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp,
+        prefect_test_harness(server_startup_timeout=180),
+    ):
+        # One Prefect server for every run: a temporary one per command, on a loaded machine,
+        # may not start within the command's minute; the figures compare Ray, not Prefect.
+        prefect_api = {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
         print(f"{WEB.hosts} servers, {WEB.pages} pages; load {harness.load_average()}")
         for round_index in range(rounds):
             for case in runs:  # interleaved: the machine's load moves between rounds
@@ -177,7 +189,7 @@ def main() -> None:
                 workdir.mkdir()
                 load = harness.load_average()
                 if case == "local":
-                    run = run_crawl(sim, workdir, dict(os.environ), None, lose=False)
+                    run = run_crawl(sim, workdir, {**os.environ, **prefect_api}, None, lose=False)
                 else:
                     cluster = LocalCluster(workdir / "cluster", [Raylet("head"), Raylet("w1")])
                     began = time.monotonic()
@@ -192,7 +204,7 @@ def main() -> None:
                         run = run_crawl(
                             sim,
                             workdir,
-                            cluster.client_environment(),
+                            {**cluster.client_environment(), **prefect_api},
                             cluster,
                             lose=case.endswith("lost"),
                         )
