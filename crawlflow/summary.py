@@ -63,6 +63,9 @@ def print_summary(
         console.print(refused)
     for alert in summary.get("alerts", []):
         console.print(f"alert: {alert}", markup=False)
+    usage = summary.get("nodes")
+    if isinstance(usage, dict) and usage.get("nodes"):
+        print_nodes(usage["nodes"], console)
     if hosts:
         shown = hosts[:15]
         per_host = Table(title=f"top {len(shown)} of {len(hosts)} servers by fetches")
@@ -76,6 +79,24 @@ def print_summary(
             f"output: {summary['out_dir']}  (query it: crawlflow sql {summary['out_dir']}"
             ' "SELECT ...")'
         )
+
+
+def print_nodes(rows: list[dict[str, Any]], console: Console) -> None:
+    """The crawler nodes of a just-finished crawl: what each did, and on Ray the machine (Ray
+    node: its address and the start of its id) it ran on."""
+    table = Table(title="crawler nodes")
+    columns = ["node_id", "kind", "lost", "pages", "fetches"]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("pages", "fetches") else "left")
+    on_ray = "ray_node_ip" in rows[0]
+    if on_ray:
+        table.add_column("Ray node")
+    for row in rows:
+        cells = [str(row[column]) for column in columns]
+        if on_ray:
+            cells.append(f"{row.get('ray_node_ip')} {str(row.get('ray_node_id'))[:8]}")
+        table.add_row(*cells)
+    console.print(table)
 
 
 def print_report(directory: Path, extra: dict[str, Any] | None = None) -> None:

@@ -131,6 +131,11 @@ class Fleet(ABC):
     def add_node(self) -> NodeHandle:
         """A surcharge node: no servers of its own, it takes some through the water level."""
 
+    def placements(self) -> dict[str, dict[str, str]]:
+        """Where each node launched runs, by node id (on Ray: its Ray node id and address);
+        empty in this process."""
+        return {}
+
     @abstractmethod
     def stop(self) -> list[NodeStatus]:
         """Flush and stop every node still alive (planned or added), then the shared state;

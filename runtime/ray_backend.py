@@ -7,12 +7,16 @@ has imported Prefect."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.environment import prepare_environment
 
@@ -21,9 +25,14 @@ prepare_environment()
 
 import ray  # noqa: E402
 from ray.actor import ActorHandle  # noqa: E402
-from ray.exceptions import RayActorError  # noqa: E402
+from ray.exceptions import (  # noqa: E402
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from crawler.cluster.coordinator import NodeLost  # noqa: E402
+from crawler.cluster.coordinator import CrawlFailed, NodeLost  # noqa: E402
 from crawler.cluster.dedup import BloomShard  # noqa: E402
 from crawler.cluster.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
 from crawler.cluster.peerlink import PeerLink  # noqa: E402
@@ -34,9 +43,20 @@ from runtime.fleet import Fleet, FleetPlan  # noqa: E402
 if TYPE_CHECKING:
     from ray._private.node import Node
 
+logger = logging.getLogger(__name__)
+
 # A new Ray on this machine, never one a `ray start` left running (`prepare_environment` keeps
 # it on loopback).
 LOCAL_RAY: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": False}
+
+
+# crawlflow's own packages, which a crawler node's process imports (the others, `bench` and
+# `websim`, are for tests and benchmarks).
+CODE_PACKAGES = (
+    "crawlflow", "flows", "tasks", "runtime", "allocation", "crawler", "storage", "errors",
+)  # fmt: skip
+# What `ray job submit --runtime-env-json` gave the command (Ray's own variable).
+RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def ensure_ray() -> bool:
@@ -46,10 +66,30 @@ def ensure_ray() -> bool:
         return False
     with _own_sigterm_handler():
         if address := os.environ.get("RAY_ADDRESS"):
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, runtime_env=cluster_runtime_env())
         else:
             ray.init(**LOCAL_RAY)
     return True
+
+
+def cluster_runtime_env() -> dict[str, Any] | None:
+    """What the command gives the cluster's workers to run crawler nodes: this machine's copy
+    of crawlflow's packages (Ray's `py_modules`: uploaded once per crawl, a megabyte, and put
+    on every worker's path ahead of its installed packages), so that a worker machine runs the
+    same code as the driver whatever it has installed. The libraries they import (the wheel's
+    requirements, at constraints.txt's versions) must be on the worker machines, as Ray itself
+    is: in their image, or through a `pip` runtime env (docs/cluster.md). None when the job
+    that runs the command (`ray job submit`) already names the code, with `py_modules` or a
+    `working_dir`: Ray refuses two values of one field."""
+    job_env = json.loads(os.environ.get(RAY_JOB_CONFIG, "{}")).get("runtime_env") or {}
+    if "py_modules" in job_env or "working_dir" in job_env:
+        return None
+    paths = []
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations, name
+        paths.extend(spec.submodule_search_locations)
+    return {"py_modules": paths}
 
 
 @contextmanager
@@ -166,19 +206,80 @@ class LinkedCrawlerNode(CrawlerNode):
     def connect(self, exchange: Any) -> None:
         self.shared_exchange.actor = exchange
 
+    def placement(self) -> dict[str, str]:
+        """Where this node runs: its Ray node (raylet) id and that node's address."""
+        return {
+            "ray_node_id": ray.get_runtime_context().get_node_id(),
+            "ray_node_ip": ray.util.get_node_ip_address(),
+        }
+
+
+# A call to a node that has not answered after this long is logged, then waited for again.
+NODE_CALL_CHECK_S = 10.0
+# A node that stops answering (its machine lost, cut off, or stuck) is killed, so that it can
+# commit nothing more, and its servers are taken over once Ray confirms its end. Ray ends the
+# calls to a lost machine's actors itself: first as unreachable (ActorUnavailableError, within
+# seconds), at the latest once the machine misses its health checks (about 15 s with Ray's
+# defaults). A call unanswered for this long, and no error, is a stuck node.
+NODE_SILENT_S = 300.0
+# How long Ray may take to confirm that a node it was told to kill is gone.
+NODE_KILL_WAIT_S = 120.0
+
 
 class RayNode:
-    """A crawler node actor seen through the coordinator's node interface."""
+    """A crawler node actor seen through the coordinator's node interface; where it runs
+    (`placement`) once it has started."""
 
     def __init__(self, node_id: str, actor: Any) -> None:
         self.node_id = node_id
         self.actor = actor
+        self.placement: dict[str, str] = {}
 
     def _get(self, ref: Any) -> Any:
-        try:
-            return ray.get(ref)
-        except RayActorError:
-            raise NodeLost(self.node_id) from None
+        """The call's answer; NodeLost once the node is gone, never a call hanging on a lost
+        machine."""
+        silent_s = 0.0
+        while True:
+            try:
+                return ray.get(ref, timeout=NODE_CALL_CHECK_S)
+            except ActorUnavailableError:
+                self._fence("unreachable")
+            except RayActorError:
+                raise NodeLost(self.node_id) from None
+            except GetTimeoutError:
+                silent_s += NODE_CALL_CHECK_S
+                if silent_s >= NODE_SILENT_S:
+                    self._fence(f"silent for {silent_s:.0f} s")
+                logger.warning(
+                    "crawler node %s (%s) has not answered for %.0f s",
+                    self.node_id,
+                    self.where,
+                    silent_s,
+                )
+
+    @property
+    def where(self) -> str:
+        return self.placement.get("ray_node_ip", "not placed yet")
+
+    def _fence(self, why: str) -> NoReturn:
+        """Whether the node ran the call is unknown: it is killed, and lost once Ray confirms
+        it is gone (its servers then go to the others, rebuilt from what it committed). A
+        node that came back would otherwise fetch beside the nodes that took its servers."""
+        logger.warning("crawler node %s (%s) is %s: stopping it", self.node_id, self.where, why)
+        ray.kill(self.actor, no_restart=True)
+        deadline = time.monotonic() + NODE_KILL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.actor.status.remote(), timeout=NODE_CALL_CHECK_S)
+            except (ActorUnavailableError, GetTimeoutError):
+                pass
+            except RayActorError:
+                raise NodeLost(self.node_id) from None
+            time.sleep(0.5)
+        raise CrawlFailed(
+            f"crawler node {self.node_id} ({self.where}) is {why} and Ray has not confirmed"
+            f" its end in {NODE_KILL_WAIT_S:.0f} s"
+        )
 
     def add_urls(self, items: list[Item]) -> int:
         return self._get(self.actor.add_urls.remote(items))
@@ -244,17 +345,22 @@ class RayFleet(Fleet):
         # they are created, and a node's start (importing the crawler, a quarter of a second)
         # is what the crawl waits for. The shared state, small and mostly waiting, starts
         # beside the crawl's first requests; the nodes' calls to it wait until it is up.
-        ray.get([node.actor.status.remote() for node in self.launched])
-        # No CPU is reserved for the shared state.
+        self._place(self.launched)
+        # No CPU is reserved for the shared state. It runs on the driver's machine: the crawl
+        # cannot go on without the driver, and losing any other machine loses only nodes,
+        # whose servers the others take over.
+        beside_driver = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        )
         self.shards = [
             ray.remote(BloomShard)
-            .options(num_cpus=0)
+            .options(num_cpus=0, scheduling_strategy=beside_driver)
             .remote(plan.shard_capacity, config.dedup.fp_rate)
             for _ in range(config.dedup.shards)
         ]
         self.exchange_actor = (
             ray.remote(Exchange)
-            .options(num_cpus=0)
+            .options(num_cpus=0, scheduling_strategy=beside_driver)
             .remote(
                 plan.owner,
                 shards=[RayFilterShard(shard) for shard in self.shards],
@@ -269,6 +375,16 @@ class RayFleet(Fleet):
     def exchange(self) -> RayExchange:
         return self._exchange
 
+    def _place(self, nodes: list[RayNode]) -> None:
+        """Wait for `nodes` to start, and note where each runs."""
+        for node, placement in zip(
+            nodes, ray.get([node.actor.placement.remote() for node in nodes]), strict=True
+        ):
+            node.placement = placement
+
+    def placements(self) -> dict[str, dict[str, str]]:
+        return {node.node_id: node.placement for node in self.launched}
+
     def _launch(self, node_id: str, hosts: list[str], num_cpus: float, memory: int) -> RayNode:
         plan = self.plan
         actor = (
@@ -278,6 +394,9 @@ class RayFleet(Fleet):
                 memory=memory,
                 max_concurrency=4,
                 name=f"{plan.crawl_id}-{node_id}",
+                # One node per machine before two on any, where their CPUs allow: a cluster's
+                # nodes then share out its network and its machines' failures.
+                scheduling_strategy="SPREAD",
             )
             .remote(plan.node(node_id, hosts))
         )
@@ -290,6 +409,7 @@ class RayFleet(Fleet):
         cores)."""
         free = ray.available_resources().get("CPU", 0.0)
         node = self._launch(f"node-{len(self.launched)}", [], max(0.01, min(1.0, free)), 0)
+        self._place([node])
         node.connect(self.exchange_actor)
         return node
 

@@ -80,6 +80,9 @@ def drive_crawl(
         ) from exc
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
+    placements = fleet.placements()  # the Ray node each ran on, a cluster's machine
+    for row in usage["nodes"]:
+        row.update(placements.get(row["node_id"], {}))
     if coordinator.left_at_deadline is not None:
         logger.warning(
             "deadline (deadline_s = %.0f) reached with %d URLs left: run again with"

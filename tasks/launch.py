@@ -4,7 +4,7 @@ runtime layer (runtime/ray_backend.py)."""
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
@@ -22,7 +22,16 @@ from runtime.fleet import Fleet, FleetPlan
     retry_delay_seconds=exponential_backoff(backoff_factor=5),
 )
 def launch_nodes(plan: FleetPlan) -> Fleet:
-    return start_fleet(plan, "ray")
+    fleet = start_fleet(plan, "ray")
+    logger = get_run_logger()
+    for node_id, placement in fleet.placements().items():
+        logger.info(
+            "crawler node %s runs on Ray node %s (%s)",
+            node_id,
+            placement["ray_node_id"],
+            placement["ray_node_ip"],
+        )
+    return fleet
 
 
 @task(name="close nodes", cache_policy=NO_CACHE)
