@@ -58,10 +58,10 @@ ARTIFICIAL_PRICE_FACTOR = 10.0
 DIVE_TAIL_TASKS = 20
 # Patterns at least this close to 1 are fixed together in one dive step, in the first dive and
 # in the second (from the root again, if time is left): which dive ends better varies, and the
-# second is faster (on uniform/tight/dear seed 2 of the benchmark's families the first gave a
-# plan of 184.04 in 1.8 s CPU and the second 187.63 in 0.8 s; on correlated/loose/cheap seed 0,
-# 108.30 in 1.4 s and 108.09 in 1.0 s).
-DIVE_FIX_ABOVE = (0.9, 0.6)
+# one at 0.6 fixes more per step, so it goes first: on correlated/loose/dear seed 5 of the
+# benchmark's families the dive at 0.9 took 9-11 s CPU from the root, the one at 0.6 after it
+# 0.9-1.2 s, both to the optimum (33.584); on uniform/tight/dear seed 2, 1.8 s and 0.2-0.4 s.
+DIVE_FIX_ABOVE = (0.6, 0.9)
 
 
 @dataclass(frozen=True)
