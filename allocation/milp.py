@@ -40,9 +40,10 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    where the first pass stopped it. The greedy packers fill nodes one at a time and often need
    a node more than the counts allow; the search repairs a whole assignment;
 3. plans from the cost-minimizing pattern LP over every type (``allocation.patterns``, started
-   from the cheapest candidates' bins): every task packed on its counts rounded to the nearest
-   and with one type's rounded the other way (from its patterns), and two dives (fix its
-   largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function
+   from the cheapest candidates' bins and ``several_ffd``'s): every task packed on its counts
+   rounded to the nearest and with one type's rounded the other way (from its patterns), and
+   two dives (fix its largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are
+   left; this function
    solves that tail in at most TAIL_LIMIT_S), whose plans are candidates; only on instances of
    more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost
    about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;

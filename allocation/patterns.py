@@ -57,10 +57,11 @@ ARTIFICIAL_PRICE_FACTOR = 10.0
 # second).
 DIVE_TAIL_TASKS = 20
 # Patterns at least this close to 1 are fixed together in one dive step, in the first dive and
-# in the second (from the root again, if time is left): which dive ends better varies, and the
-# one at 0.6 fixes more per step, so it goes first: on correlated/loose/dear seed 5 of the
-# benchmark's families the dive at 0.9 took 9-11 s CPU from the root, the one at 0.6 after it
-# 0.9-1.2 s, both to the optimum (33.584); on uniform/tight/dear seed 2, 1.8 s and 0.2-0.4 s.
+# in the second (from the root again, if time is left). Which dive ends better varies, and the
+# first takes the longest whichever it is (it prices most of the columns the second reuses: on
+# correlated/loose/dear seed 5 of the benchmark's families 9-11 s CPU, then 1-2 s). With
+# ``several_ffd``'s bins in the master, the solver's 10 s runs were measured with 0.6 first
+# (issue 33: uniform/tight/dear seed 2 184.56, uniform/tight/cheap seed 3 115.02).
 DIVE_FIX_ABOVE = (0.6, 0.9)
 
 
