@@ -43,10 +43,10 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    from the cheapest candidates' bins and ``several_ffd``'s): every task packed on its counts
    rounded to the nearest and with one type's rounded the other way (from its patterns), and
    two dives (fix its largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are
-   left; this function
-   solves that tail in at most TAIL_LIMIT_S), whose plans are candidates; only on instances of
-   more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost
-   about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
+   left; this function solves that tail in at most TAIL_LIMIT_S), whose plans are candidates;
+   only on instances of more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by
+   volume; where two types cost about the same per unit of capacity, the pattern LP sees which
+   mix holds whole tasks;
 4. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type; never below the lower bound) and repack every task on the rest with
    ``pack_on_bins``, from that plan;
