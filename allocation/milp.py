@@ -40,12 +40,13 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
    where the first pass stopped it. The greedy packers fill nodes one at a time and often need
    a node more than the counts allow; the search repairs a whole assignment;
 3. plans from the cost-minimizing pattern LP over every type (``allocation.patterns``, started
-   from the cheapest candidates' bins): every task packed on its counts rounded to the nearest
-   and with one type's rounded the other way (from its patterns), and two dives (fix its
-   largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are left; this function
-   solves that tail in at most TAIL_LIMIT_S), whose plans are candidates; only on instances of
-   more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by volume; where two types cost
-   about the same per unit of capacity, the pattern LP sees which mix holds whole tasks;
+   from the cheapest candidates' bins and ``several_ffd``'s): every task packed on its counts
+   rounded to the nearest and with one type's rounded the other way (from its patterns), and
+   two dives (fix its largest pattern, price again, until at most DIVE_TAIL_TASKS tasks are
+   left; this function solves that tail in at most TAIL_LIMIT_S), whose plans are candidates;
+   only on instances of more than DIVE_TAIL_TASKS tasks. The relaxation picks counts by
+   volume; where two types cost about the same per unit of capacity, the pattern LP sees which
+   mix holds whole tasks;
 4. the best plan shrunk a node at a time: drop a node of the type whose last node saves the most
    (else the next type; never below the lower bound) and repack every task on the rest with
    ``pack_on_bins``, from that plan;
@@ -202,8 +203,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
         return best_cost() <= lower + TOLERANCE
 
     relaxations: list[tuple[float, Aggregate, list[Packing]]] = []
+    ffd_packings: list[Packing] = []
     for candidate, bound in _candidates(
-        instance, lambda: clock.until(CANDIDATE_SHARE), relaxations
+        instance, lambda: clock.until(CANDIDATE_SHARE), relaxations, ffd_packings
     ):
         lower = max(lower, bound)
         if candidate is not None and within_limits(instance, candidate):
@@ -219,7 +221,9 @@ def solve_milp(instance: Instance, time_limit_s: float = 10.0) -> MilpResult:
                 break
 
     if not closed() and len(instance.tasks) > DIVE_TAIL_TASKS:
-        for plan in _from_patterns(instance, candidates, lower, best_cost, clock, PATTERN_SHARE):
+        for plan in _from_patterns(
+            instance, candidates, ffd_packings, lower, best_cost, clock, PATTERN_SHARE
+        ):
             if within_limits(instance, plan):
                 candidates.append(plan)
             if closed():
@@ -316,16 +320,19 @@ def _candidates(
     instance: Instance,
     time_left: Callable[[], float],
     relaxations: list[tuple[float, Aggregate, list[Packing]]],
+    ffd_packings: list[Packing],
 ) -> Iterator[tuple[Packing | None, float]]:
     """Candidate packings (None when a relaxation found no task -> type choice), each with the
     lower bound known when it was made. Each relaxation with a task -> type choice is appended
-    to ``relaxations`` with its capacity share and its packings by minimum bin slack."""
+    to ``relaxations`` with its capacity share and its packings by minimum bin slack; the
+    packings of ``several_ffd`` to ``ffd_packings``."""
     for heuristic in (first_fit, first_fit_decreasing):
         try:
             yield eliminate_bins(instance, packing_of(heuristic(instance))), 0.0
         except NoFeasiblePlan:
             continue
-    for packing in several_ffd(instance):
+    ffd_packings += several_ffd(instance)
+    for packing in ffd_packings:
         yield packing, 0.0
     lower = 0.0
     for share in CAPACITY_SHARES:
@@ -354,23 +361,32 @@ def _candidates(
 def _from_patterns(
     instance: Instance,
     candidates: list[Packing],
+    ffd_packings: list[Packing],
     lower: float,
     cost_to_beat: Callable[[], float],
     clock: CpuClock,
     share: float,
 ) -> Iterator[Packing]:
     """Plans from the pattern LP (``allocation.patterns``, started from the bins of the
-    PATTERN_START_PLANS cheapest candidates),
+    PATTERN_START_PLANS cheapest candidates and of ``several_ffd``'s packings),
     until ``share`` of the limit: every task packed (``BinSearch``, PATTERN_TRIAL_S each) on the
     root LP's counts rounded (``rounded_counts``, from its patterns) when they would beat
     ``cost_to_beat()``, then the plan of each dive (``DIVE_FIX_ABOVE``, each from the root):
     its fixed patterns and the tail solved by ``solve_milp`` itself (at most DIVE_TAIL_TASKS
-    tasks)."""
+    tasks).
+
+    The first columns decide where a dive ends. From the cheapest candidates alone (the
+    relaxations' packings, full to the last percent) uniform/tight/dear seed 2 of the
+    benchmark's families dived to 187.63 and uniform/tight/cheap seed 3 found nothing below
+    115.48; with ``several_ffd``'s bins beside them (varied, less full nodes: about 200 columns
+    more, the root 0.1-0.2 s CPU slower) 184.56 and 115.02, 0.28% and 0.00% above the best
+    plans known (issue 33)."""
     deadline = clock.passed(share * clock.limit_s)
-    # The cheapest candidates' bins only: every column slows each simplex solve of the dives.
+    # Not every candidate's bins: every column slows each simplex solve of the dives.
     cheapest = sorted(candidates, key=lambda p: packing_cost(instance, p))[:PATTERN_START_PLANS]
     master = PatternMaster(
-        instance, [(t, tasks) for p in cheapest for t, bins in p.items() for tasks in bins]
+        instance,
+        [(t, tasks) for p in (*cheapest, *ffd_packings) for t, bins in p.items() for tasks in bins],
     )
     if not master.generate(deadline):
         return

@@ -57,11 +57,12 @@ ARTIFICIAL_PRICE_FACTOR = 10.0
 # second).
 DIVE_TAIL_TASKS = 20
 # Patterns at least this close to 1 are fixed together in one dive step, in the first dive and
-# in the second (from the root again, if time is left): which dive ends better varies, and the
-# second is faster (on uniform/tight/dear seed 2 of the benchmark's families the first gave a
-# plan of 184.04 in 1.8 s CPU and the second 187.63 in 0.8 s; on correlated/loose/cheap seed 0,
-# 108.30 in 1.4 s and 108.09 in 1.0 s).
-DIVE_FIX_ABOVE = (0.9, 0.6)
+# in the second (from the root again, if time is left). Which dive ends better varies, and the
+# first takes the longest whichever it is (it prices most of the columns the second reuses: on
+# correlated/loose/dear seed 5 of the benchmark's families 9-11 s CPU, then 1-2 s). With
+# ``several_ffd``'s bins in the master, the solver's 10 s runs were measured with 0.6 first
+# (issue 33: uniform/tight/dear seed 2 184.56, uniform/tight/cheap seed 3 115.02).
+DIVE_FIX_ABOVE = (0.6, 0.9)
 
 
 @dataclass(frozen=True)

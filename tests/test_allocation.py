@@ -250,7 +250,7 @@ def test_milp_explains_a_missing_solver(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_milp_stops_on_the_time_limit_with_its_gap(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without candidate plans the full model has to find and prove everything by itself.
-    monkeypatch.setattr(milp, "_candidates", lambda instance, time_left, relaxations: iter(()))
+    monkeypatch.setattr(milp, "_candidates", lambda instance, time_left, *lists: iter(()))
     instance = Instance(
         (one_type(max_reserved=4),),
         tuple(Task(f"t{i}", Resources(0.3 + 0.07 * (i % 11), 0.5, 0.5)) for i in range(60)),

@@ -3,13 +3,16 @@ LP that finds counts the volume relaxation misses (allocation.patterns)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from allocation import best_known
+from allocation import best_known, milp
+from allocation.clock import CpuClock
 from allocation.instances import FAMILIES
 from allocation.model import Instance, NodeType, Plan, Resources, Task, make_nodes, validate_plan
+from allocation.packing import Packing, packing_plan
 from allocation.patterns import PatternMaster, rounded_counts, tail_instance
 
 BEST_KNOWN = Path(__file__).resolve().parents[1] / "bench/results/allocation/best_known.json"
@@ -92,3 +95,38 @@ def test_pattern_lp_covers_every_task_and_its_dive_leaves_a_solvable_tail() -> N
     for nt in tail.node_types:
         used = len(fixed.get(nt.name, []))
         assert nt.max_reserved == max(0, instance.node_type(nt.name).max_reserved - used)
+
+
+def test_the_pattern_lp_starts_from_the_ffd_bins_and_the_cheapest_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instance = _instance()
+    ids = [t.id for t in instance.tasks]
+    # Candidates from dearest to cheapest (one task per node is dearest): the dearest is left
+    # out once there are more than PATTERN_START_PLANS, and the FFD bins are always in.
+    candidates: list[Packing] = [
+        {"small": [[i] for i in ids]},
+        *({"small": [ids[2 * k : 2 * k + 2] for k in range(4)]} for _ in range(2)),
+        {"large": [ids[:4], ids[4:]]},
+        {"small": [ids[:2], ids[2:4]], "large": [ids[4:]]},
+    ]
+    assert len(candidates) > milp.PATTERN_START_PLANS
+    ffd: list[Packing] = [{"small": [ids[1:3], ids[3:5]], "large": [ids[5:], ids[:1]]}]
+    started: list[list[tuple[str, list[str]]]] = []
+
+    class Recorder(PatternMaster):
+        def __init__(self, instance: Instance, start: list[tuple[str, list[str]]]) -> None:
+            started.append(list(start))
+            super().__init__(instance, start)
+
+    monkeypatch.setattr(milp, "PatternMaster", Recorder)
+    plans = list(
+        milp._from_patterns(instance, candidates, ffd, 0.0, lambda: math.inf, CpuClock(10.0), 0.9)
+    )
+    columns = {(t, tuple(tasks)) for t, tasks in started[0]}
+    assert ("small", tuple(ids[1:3])) in columns and ("large", tuple(ids[:1])) in columns
+    assert ("large", tuple(ids[4:])) in columns
+    assert ("small", (ids[0],)) not in columns  # the dearest candidate's bins
+    assert plans
+    for packing in plans:
+        validate_plan(instance, packing_plan(instance, packing, 0.0))

@@ -588,7 +588,7 @@ def test_a_plan_in_hand_survives_cbc_calling_the_model_infeasible(
     monkeypatch.setattr(
         milp,
         "_candidates",
-        lambda instance, time_left, relaxations: iter([(packing_of(heuristic), 0.0)]),
+        lambda instance, time_left, *lists: iter([(packing_of(heuristic), 0.0)]),
     )
 
     def infeasible(problem: pulp.LpProblem, time_limit_s: float, warm_start: bool = False) -> None:
