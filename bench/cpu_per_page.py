@@ -12,9 +12,9 @@ this benchmark's process, outside the group: its CPU is not the crawl's. Pages: 
 reports it fetched. Beside it, from /proc samples of the same tree, where the CPU went by kind
 of process (the samples undercount a little; the group's total is the figure).
 
-The variants run in turn, round after round, so that the machine's load falls on both alike;
-each has its own PREFECT_HOME, warmed by a small crawl first (not counted), as a user's later
-crawls are.
+The variants run at the same time, each crawling the same servers, so that the machine's load
+falls on both alike (each command, Prefect server and Ray of its own); each has its own
+PREFECT_HOME, warmed by a small crawl first (not counted), as a user's later crawls are.
 
     .venv/bin/python -m bench.cpu_per_page --baseline /path/to/main/.venv/bin/crawlflow \\
         [--rounds N] [--quick] [--json PATH]
@@ -25,17 +25,16 @@ real documentation site of the same size).
 
 from __future__ import annotations
 
-import ctypes
 import statistics
-import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import harness
-from bench.startup import CRAWLFLOW, PR_SET_CHILD_SUBREAPER, load, run_command
+from bench.startup import CRAWLFLOW, load, run_command
 from websim import WebSim, WebSpec
 
 GOAL_PAGES_PER_CPU_S = 250.0
@@ -64,7 +63,7 @@ def crawl(
 ) -> dict[str, Any]:
     """One counted crawl: its figures, or SystemExit if the command failed."""
     before = load()
-    run = run_command(roots, home, out, command, ("--nodes", str(NODES), *options))
+    run = run_command(roots, home, out, command, ("--nodes", str(NODES), *options), reap=False)
     if run.returncode != 0 or run.cpu_s is None:
         print("\n".join(run.output[-30:]))
         raise SystemExit(f"{command}: exit {run.returncode}, CPU counted: {run.cpu_s}")
@@ -112,11 +111,9 @@ def plot(figures: dict[str, list[dict[str, Any]]], path: Path) -> None:
 def main() -> None:
     parser = harness.arguments(__doc__, quick=f"{QUICK_PAGES:,} pages, one round")
     parser.add_argument("--baseline", type=Path, help="the other checkout's crawlflow (main)")
-    parser.add_argument("--rounds", type=int, default=2, help="counted runs of each variant")
+    parser.add_argument("--rounds", type=int, default=1, help="counted runs of each variant")
     args = parser.parse_args()
     bench_run = harness.start("cpu_per_page", args)
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     web = replace(WEB, pages=QUICK_PAGES) if args.quick else WEB
     rounds = 1 if args.quick else args.rounds
     variants = {"this checkout": CRAWLFLOW}
@@ -138,16 +135,27 @@ def main() -> None:
                 base / f"warm-{index}",
                 command,
                 ("--max-pages", str(WARM_UP_PAGES)),
+                reap=False,
             )
             if warm.returncode != 0:
                 print("\n".join(warm.output[-30:]))
                 raise SystemExit(f"{name}: the warm-up crawl exited with {warm.returncode}")
         for round_index in range(rounds):
-            for index, (name, command) in enumerate(variants.items()):
-                out = base / f"out-{round_index}-{index}"
-                row = crawl(sim.host_urls, base / f"home-{index}", out, command)
-                figures[name].append(row)
-                print(f"round {round_index + 1} {name}: {row}", flush=True)
+            with ThreadPoolExecutor(len(variants)) as pool:
+                futures = [
+                    pool.submit(
+                        crawl,
+                        sim.host_urls,
+                        base / f"home-{index}",
+                        base / f"out-{round_index}-{index}",
+                        command,
+                    )
+                    for index, command in enumerate(variants.values())
+                ]
+                for name, future in zip(variants, futures, strict=True):
+                    row = future.result()
+                    figures[name].append(row)
+                    print(f"round {round_index + 1} {name}: {row}", flush=True)
     summary = {
         name: statistics.median(run["pages_per_cpu_s"] for run in runs)
         for name, runs in figures.items()

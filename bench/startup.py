@@ -236,7 +236,7 @@ def _reap_zombies() -> None:
             pass
 
 
-def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run) -> None:
+def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run, reap: bool) -> None:
     """Sample the tree until the command and everything it left (its server stopping, Ray's
     processes) have ended."""
     deadline = None
@@ -245,7 +245,8 @@ def _watch_cpu(cpu: TreeCpu, process: subprocess.Popen[str], run: Run) -> None:
         if cpu.server_started_s is not None:
             run.markers.setdefault("server_process", cpu.server_started_s)
         if process.poll() is not None:
-            _reap_zombies()
+            if reap:
+                _reap_zombies()
             deadline = deadline or time.monotonic() + DESCENDANTS_TIMEOUT_S
             if running == 0:
                 run.cpu_proc_s = cpu.total_s
@@ -262,10 +263,13 @@ def run_command(
     out_dir: Path,
     crawlflow: Path = CRAWLFLOW,
     options: tuple[str, ...] = (),
+    reap: bool = True,
 ) -> Run:
     """One `crawlflow crawl` from launch to exit, its output lines stamped on arrival, and the
     CPU time of its process tree once all of it has exited. `crawlflow`: the command (another
-    checkout's, to compare); `options`: added to its command line."""
+    checkout's, to compare); `options`: added to its command line; `reap`: collect the orphans
+    this process adopted as subreaper (not while another command runs beside this one: its
+    exit status would be taken)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)  # the default: a temporary server for this command
     run = Run()
@@ -283,7 +287,7 @@ def run_command(
     )
     assert process.stdout is not None
     stdout = process.stdout
-    cpu_watch = threading.Thread(target=_watch_cpu, args=(TreeCpu(process.pid), process, run))
+    cpu_watch = threading.Thread(target=_watch_cpu, args=(TreeCpu(process.pid), process, run, reap))
     if sys.platform == "linux":
         cpu_watch.start()
 
@@ -301,7 +305,7 @@ def run_command(
     reader.join(timeout=30)
     if cpu_watch.is_alive():
         cpu_watch.join()
-    count = tree.finish(DESCENDANTS_TIMEOUT_S, reap=_reap_zombies)
+    count = tree.finish(DESCENDANTS_TIMEOUT_S, reap=_reap_zombies if reap else None)
     run.cpu_s, run.cpu_method = (count.cpu_s if count.complete else None), count.method
     return run
 
