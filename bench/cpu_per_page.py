@@ -111,12 +111,15 @@ def plot(figures: dict[str, list[dict[str, Any]]], path: Path) -> None:
 def main() -> None:
     parser = harness.arguments(__doc__, quick=f"{QUICK_PAGES:,} pages, one round")
     parser.add_argument("--baseline", type=Path, help="the other checkout's crawlflow (main)")
+    parser.add_argument(
+        "--crawlflow", type=Path, default=CRAWLFLOW, help="the crawlflow measured (this checkout's)"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="counted runs of each variant")
     args = parser.parse_args()
     bench_run = harness.start("cpu_per_page", args)
     web = replace(WEB, pages=QUICK_PAGES) if args.quick else WEB
     rounds = 1 if args.quick else args.rounds
-    variants = {"this checkout": CRAWLFLOW}
+    variants = {"this checkout": args.crawlflow}
     if args.baseline is not None:
         variants = {"baseline": args.baseline, **variants}
     figures: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
