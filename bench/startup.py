@@ -164,8 +164,9 @@ class TreeCpu:
 
     def __init__(self, root: int) -> None:
         self.root = root
-        self.last: dict[int, float] = {}
-        self.kinds: dict[int, str] = {}  # what each process is (a Ray worker's actor, once known)
+        # By process id and start time: over a long crawl the kernel reuses ids.
+        self.last: dict[tuple[int, str], float] = {}
+        self.kinds: dict[tuple[int, str], str] = {}  # what each is (a Ray worker: its actor)
         self.tick = os.sysconf("SC_CLK_TCK")
         self.server_started_s: float | None = None
 
@@ -173,18 +174,23 @@ class TreeCpu:
         """Read every process of the tree (and those re-parented away from it); how many
         are still running."""
         running = 0
-        for pid in harness.process_tree(self.root) | set(self.last):
+        tree = harness.process_tree(self.root)
+        for pid in tree | {pid for pid, _ in self.last}:
             stat = harness.proc_stat(pid)
             if stat is None or stat[0] == "Z":
                 continue
+            key = (pid, stat[19])
+            if key not in self.last:
+                if pid not in tree:
+                    continue  # the id of one that ended, taken by a process of another tree
+                if self.server_started_s is None and _is_server(pid):
+                    root = harness.proc_stat(self.root)
+                    if root is not None:
+                        self.server_started_s = (int(stat[19]) - int(root[19])) / self.tick
             running += 1
-            if pid not in self.last and self.server_started_s is None and _is_server(pid):
-                root = harness.proc_stat(self.root)
-                if root is not None:
-                    self.server_started_s = (int(stat[19]) - int(root[19])) / self.tick
-            self.last[pid] = (int(stat[11]) + int(stat[12])) / self.tick
-            if self.kinds.get(pid, UNNAMED) in (UNNAMED, "ray::IDLE"):  # a worker gets a task
-                self.kinds[pid] = process_kind(pid)
+            self.last[key] = (int(stat[11]) + int(stat[12])) / self.tick
+            if self.kinds.get(key, UNNAMED) in (UNNAMED, "ray::IDLE"):  # a worker gets a task
+                self.kinds[key] = process_kind(pid)
         return running
 
     @property
@@ -194,8 +200,8 @@ class TreeCpu:
     def by_kind(self) -> dict[str, float]:
         """CPU-seconds per kind of process, most first."""
         totals: dict[str, float] = {}
-        for pid, cpu_s in self.last.items():
-            kind = self.kinds.get(pid, "?")
+        for key, cpu_s in self.last.items():
+            kind = self.kinds.get(key, "?")
             totals[kind] = totals.get(kind, 0.0) + cpu_s
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
 

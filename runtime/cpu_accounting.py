@@ -165,18 +165,23 @@ class ProcSampler:
 
     def __init__(self, root: int) -> None:
         self.root = root
-        self.last: dict[int, float] = {}
+        # By process id and start time: over a long run the kernel reuses ids.
+        self.last: dict[tuple[int, str], float] = {}
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def sample(self) -> int:
         """Read every process of the tree (and those seen before); how many still run."""
         running = 0
-        for pid in process_tree(self.root) | set(self.last):
+        tree = process_tree(self.root)
+        for pid in tree | {pid for pid, _ in self.last}:
             stat = proc_stat(pid)
             if stat is None or stat[0] == "Z":
                 continue
+            key = (pid, stat[19])
+            if key not in self.last and pid not in tree:
+                continue  # the id of one that ended, taken by a process of another tree
             running += 1
-            self.last[pid] = (int(stat[11]) + int(stat[12])) / self.tick
+            self.last[key] = (int(stat[11]) + int(stat[12])) / self.tick
         return running
 
     @property
