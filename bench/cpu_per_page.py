@@ -12,9 +12,10 @@ this benchmark's process, outside the group: its CPU is not the crawl's. Pages: 
 reports it fetched. Beside it, from /proc samples of the same tree, where the CPU went by kind
 of process (the samples undercount a little; the group's total is the figure).
 
-The variants run at the same time, each crawling the same servers, so that the machine's load
-falls on both alike (each command, Prefect server and Ray of its own); each has its own
-PREFECT_HOME, warmed by a small crawl first (not counted), as a user's later crawls are.
+The variants run at the same time (their starts STAGGER_S apart), each crawling the same
+servers, so that the machine's load falls on both alike (each command, Prefect server and Ray
+of its own); each has its own PREFECT_HOME, warmed by a small crawl first (not counted), as a
+user's later crawls are.
 
     .venv/bin/python -m bench.cpu_per_page --baseline /path/to/main/.venv/bin/crawlflow \\
         [--rounds N] [--quick] [--json PATH]
@@ -57,7 +58,11 @@ WEB = WebSpec(
 QUICK_PAGES = 2_000
 WARM_UP_PAGES = 100
 NODES = 2
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
+# Between the starts of the variants' crawls: Ray's raylet must register within 30 s, which two
+# Ray instances starting at once on a loaded machine may both miss. The crawls still overlap
+# for nearly all their length.
+STAGGER_S = 45.0
 
 
 def attempts(
@@ -157,16 +162,12 @@ def main() -> None:
             )
         for round_index in range(rounds):
             with ThreadPoolExecutor(len(variants)) as pool:
-                futures = [
-                    pool.submit(
-                        crawl,
-                        sim.host_urls,
-                        base / f"home-{index}",
-                        base / f"out-{round_index}-{index}",
-                        command,
-                    )
-                    for index, command in enumerate(variants.values())
-                ]
+                futures = []
+                for index, command in enumerate(variants.values()):
+                    if index:
+                        time.sleep(STAGGER_S)
+                    home, out = base / f"home-{index}", base / f"out-{round_index}-{index}"
+                    futures.append(pool.submit(crawl, sim.host_urls, home, out, command))
                 for name, future in zip(variants, futures, strict=True):
                     row = future.result()
                     figures[name].append(row)
