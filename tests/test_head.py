@@ -181,3 +181,16 @@ def test_near_duplicates_by_simhash_with_the_documented_query():
         """
     ).fetchall()
     assert [(a, b) for a, b, _ in pairs] == [("http://a.test/1", "http://a.test/2")]
+
+
+def test_simhash_values_stay_as_published():
+    # Values of the first implementation: a faster one must give every stored simhash again,
+    # or near-duplicate queries across crawls would compare unlike hashes.
+    text = "The quick brown fox jumps over the lazy dog. " * 3
+    text += "Crawlers fetch pages politely, one server at a time."
+    long_text = " ".join(f"word{i % 97} w{i * 7 % 13}" for i in range(3000))
+    assert simhash(text) == 7066288650436220628
+    assert simhash(long_text) == -2711389756433179342
+    assert simhash("one") == -8071251744885049950
+    assert simhash("One two") == -7750924668951865227
+    assert simhash(" \n ") is None

@@ -74,7 +74,9 @@ class Recorder:
         page_rows: list[PageRow] = []
         extract_rows: list[ExtractRow] = []
         if page is not None:
-            page_row, extract_rows = self._page_rows(result, task, fetch_time, page)
+            # A page is a 200: its fetch row's digest is its body's (hashed once).
+            digest = fetch_row["content_digest"]
+            page_row, extract_rows = self._page_rows(result, task, fetch_time, page, digest)
             page_rows.append(page_row)
             fetch_row["content_charset"] = page_row["content_charset"]
             fetch_row["content_languages"] = page_row["content_languages"]
@@ -94,7 +96,12 @@ class Recorder:
         self._core.count_fetch_rows(1)
 
     def _page_rows(
-        self, result: FetchResult, task: UrlTask, fetch_time: datetime, page: ParsedPage
+        self,
+        result: FetchResult,
+        task: UrlTask,
+        fetch_time: datetime,
+        page: ParsedPage,
+        digest: str | None,
     ) -> tuple[PageRow, list[ExtractRow]]:
         """The pages row of an HTML page, and its [extract] fields. A page that says noindex
         keeps its row and head facts but not its content, text or fields, when [content]
@@ -111,7 +118,7 @@ class Recorder:
             "url": result.url,
             "url_host_name": url["url_host_name"],
             "fetch_time": fetch_time,
-            "content_digest": result.digest,
+            "content_digest": digest,
             "content_length": len(result.body),
             "title": page.title,
             "outlink_count": len(page.links),
