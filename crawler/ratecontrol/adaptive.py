@@ -469,5 +469,8 @@ class AdaptiveRateController(PacedController):
         else:
             self._proof_streak = 0
 
+    def unloaded_rtt_s(self) -> float | None:
+        return self.queueing.unloaded_s if self.queueing.known else None
+
     def target_ppm(self) -> float | None:
         return None if self.target is None else 60.0 * self.target
