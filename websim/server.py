@@ -9,7 +9,8 @@ with the request rate on degrading hosts (websim/queueing.py), requests that wai
 few workers on physical queue hosts (websim/physical.py), and robots.txt.
 
 The parent talks to the child over a multiprocessing pipe: ("log", clear) returns the request
-log, ("queue_log", clear) the physical queue hosts' response times, ("stop",) shuts down. End of file on the pipe means the parent died, and the child exits.
+log, ("queue_log", clear) the physical queue hosts' response times, ("stop",) shuts down. End
+of file on the pipe means the parent died, and the child exits.
 
 Over 400 lines because it is one request path: the connection protocol, the per-host state it
 answers from (tokens, latency, keep-alive limit) and the response it writes are read together;
@@ -116,8 +117,8 @@ class _Host:
         self.queueing = profile.queueing()
         self.arrivals = ArrivalRate()
         # A physical queue host: every request waits for one of its workers.
-        seed = web.spec.seed * 1_000_003 + index
-        self.pool = None if profile.queue is None else WorkerPool(profile.queue, random.Random(seed))
+        rng = random.Random(web.spec.seed * 1_000_003 + index)
+        self.pool = None if profile.queue is None else WorkerPool(profile.queue, rng)
         self.capacity = max(1.0, (self.rate or 0.0) * web.spec.rate_limit_burst_s)
         self.tokens = self.capacity
         self.stamp = time.monotonic()
