@@ -92,7 +92,12 @@ Done = Callable[[float, float], None]
 
 class WorkerPool:
     """The slots of one physical queue host in websim's event loop (see the module notes).
-    `submit` queues a request; background users arrive on their own once `start` is called."""
+    `submit` queues a request; background users arrive on their own once `start` is called.
+
+    The queue runs on the event loop's schedule: a request starts when a slot frees at its
+    scheduled time (the end of the service before it), not when the loop gets round to it,
+    so a loaded machine that runs the loop late delays the answers but neither stretches the
+    service times nor lets the queue build up (its dynamics are the simulation's below)."""
 
     def __init__(self, queue: PhysicalQueue, rng: random.Random) -> None:
         self.queue = queue
@@ -124,30 +129,32 @@ class WorkerPool:
         self._next_background = self._loop.call_at(at, self._background_arrives, at)
 
     def _background_arrives(self, at: float) -> None:
-        self.submit(self._background_done)
+        self.submit(self._background_done, at)
         self._schedule_background(at)
 
-    def submit(self, done: Done | None) -> None:
-        """A request arrives; `done` is called when it leaves its slot."""
+    def submit(self, done: Done | None, arrived: float | None = None) -> None:
+        """A request arrives (now, or at the scheduled time `arrived`); `done` is called when
+        it leaves its slot."""
         assert self._loop is not None, "WorkerPool.start first"
-        self._waiting.append((self._loop.time(), done))
-        self._dispatch()
+        at = self._loop.time() if arrived is None else arrived
+        self._waiting.append((at, done))
+        self._dispatch(at)
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, freed_at: float) -> None:
+        """Start waiting requests on the free slots, which freed at `freed_at` at the latest."""
         assert self._loop is not None
         while self.free > 0 and self._waiting:
             arrived, done = self._waiting.popleft()
             self.free -= 1
-            started = self._loop.time()
-            service = self.queue.service_s(self.rng)
-            self._loop.call_later(service, self._finish, arrived, started, done)
+            started = max(arrived, freed_at)
+            finish = started + self.queue.service_s(self.rng)
+            self._loop.call_at(finish, self._finish, arrived, started, finish, done)
 
-    def _finish(self, arrived: float, started: float, done: Done | None) -> None:
-        assert self._loop is not None
+    def _finish(self, arrived: float, started: float, finish: float, done: Done | None) -> None:
         self.free += 1
         if done is not None:
-            done(started - arrived, self._loop.time() - started)
-        self._dispatch()
+            done(started - arrived, finish - started)
+        self._dispatch(finish)
 
 
 # ---- the same queue, simulated: ground truth for benchmarks and tests -----------------------
