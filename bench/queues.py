@@ -182,6 +182,7 @@ def crawl(
                 connect(crawl_dir),
                 plot,
                 unloaded_rtt_ms={s["host"]: s["unloaded_ms"] for s in servers},
+                titles={s["host"]: f"{s['server']} ({s['host']})" for s in servers},
             )
     return {"load_before_after": (round(before, 1), round(after, 1)), "servers": servers}
 

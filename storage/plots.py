@@ -159,6 +159,7 @@ def plot_host_rates(
     limits: dict[str, float] | None = None,
     max_hosts: int = 12,
     unloaded_rtt_ms: dict[str, float] | None = None,
+    titles: dict[str, str] | None = None,
 ) -> Path:
     """Draw achieved rate per host over time (the `max_hosts` busiest hosts, one panel each)
     with the controller's pace (the rate its delay allows) and target, the host's limit when
@@ -166,8 +167,8 @@ def plot_host_rates(
     drew a 429/503; on a second axis the smoothed RTT over the unloaded RTT, the host's own
     from `unloaded_rtt_ms` when given (ground truth, keyed like `limits`), else the
     controller's estimate, against the 1.5x that politeness allows. So a panel shows why a
-    host was crawled at the rate it was: held by its RTT, by bans, or by neither. Returns
-    png_path."""
+    host was crawled at the rate it was: held by its RTT, by bans, or by neither. `titles`
+    names a host's panel (default: the host). Returns png_path."""
     series = sorted(host_rates(con).values(), key=lambda s: (-s.pages, s.host))[:max_hosts]
     columns = min(3, max(1, len(series)))
     rows = max(1, math.ceil(len(series) / columns))
@@ -206,7 +207,7 @@ def plot_host_rates(
         ]
         if banned:
             ax.plot(*zip(*banned, strict=True), "x", color="tab:red", ms=5, label="429/503")
-        ax.set_title(s.host, fontsize=9)
+        ax.set_title((titles or {}).get(s.host, s.host), fontsize=9)
         ax.set_xlim(0, end_s)
         ax.set_ylim(0, 1.15 * max([*s.rate_rps, *(r for r in s.target_rps if r), 1.0]))
         ax.tick_params(labelsize=8)
@@ -250,5 +251,6 @@ def _plot_inflation(ax: Axes, s: HostRates, unloaded_ms: float | None) -> None:
         label="RTT / unloaded" + (" (truth)" if unloaded_ms else " (estimate)"),
     )
     twin.axhline(1.5, color="tab:orange", ls=":", lw=0.8, label="RTT 1.5x unloaded")
-    twin.set_ylim(0, max(2.0, 1.1 * max(r for r in ratio if r is not None)))
+    # Up to 4x: a start's first RTTs (a cold connection, a loaded client) would squash the rest.
+    twin.set_ylim(0, min(4.0, max(2.0, 1.1 * max(r for r in ratio if r is not None))))
     twin.tick_params(labelsize=7, colors="tab:orange")
