@@ -59,9 +59,10 @@ INFLATION = 1.5
 # Seconds the web runs before the crawl: the background users' requests logged meanwhile give
 # each server's unloaded median (about 500 of them on a 1-worker server at 30%).
 QUIET_S = 12.0
-PAGES_PER_SERVER = {"full": 900, "quick": 300}
+PAGES_PER_SERVER = {"full": 600, "quick": 200}
 GOALS = {"median_over_unloaded": 1.5, "speed_over_best": 0.8, "servers": 10, "floor": 0.6}
 CEILING = 1.7  # no server's median over this multiple of the unloaded one
+RETRIES = 2  # runs of a crawl that failed to start
 
 
 def web(background: float, pages_per_server: int) -> WebSpec:
@@ -163,10 +164,12 @@ def crawl(
         quiet = sim.queue_log(clear=True)
         before = harness.load_average()[0]
         run = run_command(sim.host_urls, home, out, crawlflow, ("--nodes", "2"))
-        if run.returncode != 0:
-            # Once more: on a loaded machine Ray's start can time out ("The current node
-            # timed out during startup"), which says nothing about the crawl.
-            print("\n".join(run.output[-5:]), "\nretrying once", flush=True)
+        for _ in range(RETRIES):
+            if run.returncode == 0:
+                break
+            # On a loaded machine Ray's start can time out ("The current node timed out
+            # during startup"), which says nothing about the crawl: run it again.
+            print(run.output[-1] if run.output else "", "\nrunning it again", flush=True)
             shutil.rmtree(out, ignore_errors=True)
             sim.queue_log(clear=True)
             run = run_command(sim.host_urls, home, out, crawlflow, ("--nodes", "2"))
@@ -207,6 +210,7 @@ def verdict(servers: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_variant(name: str, result: dict[str, Any]) -> None:
     servers = result["servers"]
+    result["verdict"] = verdict(servers)
     harness.print_table(
         f"{name}: physical queue servers, crawlflow crawl --nodes 2",
         ["server", "pages", "unloaded", "median", "med/unl", "crawler med", "speed/s"]
@@ -297,10 +301,11 @@ def main() -> None:
                 for server in result["servers"]:
                     server["load"] = result["load_before_after"]
                 results[name]["servers"] += result["servers"]
-                print(f"{name}, background {background:.0%}: load {result['load_before_after']}")
+                # As it goes: a run cut short (the machine, a crawl that failed) keeps these.
+                print_variant(f"{name}, background {background:.0%}", result)
+                run.write_json({"inflation": INFLATION, "goals": GOALS, "variants": results})
     for name, result in results.items():
         result["servers"].sort(key=lambda s: (s["workers"], s["background_load"]))
-        result["verdict"] = verdict(result["servers"])
         print_variant(name, result)
     print(f"plot: {plot_ratios(results, run.directory / 'queues.png')}")
     run.write_json({"inflation": INFLATION, "goals": GOALS, "variants": results})
