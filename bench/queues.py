@@ -5,8 +5,10 @@ queue, service times lognormal around 20 ms (sigma 0.5), and background users ar
 random at 0%, 30% and 60% of the workers' capacity, who share the workers with the crawler. No
 server answers 429 or 503: a request that finds every worker busy waits. One web per background
 level (the four worker counts, pages split evenly), each crawled with `crawlflow crawl --nodes
-2` on loopback, by this checkout's command and, with `--baseline`, another checkout's (main),
-one after the other on a fresh copy of the same web, so both meet the machine's load alike.
+2 --seeds FILE` (every page a seed, so that each server's queue is full from the start and its
+rate is the rate controller's, not that of link discovery) on loopback, by this checkout's
+command and, with `--baseline`, another checkout's (main), one after the other on a fresh copy
+of the same web, so both meet the machine's load alike.
 
 Per server, from websim's server-side log of each request's wait for a worker and service:
 
@@ -160,10 +162,15 @@ def crawl(
 ) -> dict[str, Any]:
     """One crawl of a fresh copy of the web: its servers' figures and the load around it."""
     with WebSim(spec) as sim:
+        # Every page a seed: each server's queue is full from the start, so its rate is the
+        # rate controller's, not the pace at which links to it are found.
+        seeds = out.parent / f"{out.name}-seeds.txt"
+        seeds.write_text("\n".join(sorted(sim.reachable_allowed_urls())) + "\n")
+        options = ("--nodes", "2", "--seeds", str(seeds))
         time.sleep(QUIET_S)
         quiet = sim.queue_log(clear=True)
         before = harness.load_average()[0]
-        run = run_command(sim.host_urls, home, out, crawlflow, ("--nodes", "2"))
+        run = run_command(sim.host_urls, home, out, crawlflow, options)
         for _ in range(RETRIES):
             if run.returncode == 0:
                 break
@@ -172,7 +179,7 @@ def crawl(
             print(run.output[-1] if run.output else "", "\nrunning it again", flush=True)
             shutil.rmtree(out, ignore_errors=True)
             sim.queue_log(clear=True)
-            run = run_command(sim.host_urls, home, out, crawlflow, ("--nodes", "2"))
+            run = run_command(sim.host_urls, home, out, crawlflow, options)
         after = harness.load_average()[0]
         if run.returncode != 0:
             print("\n".join(run.output[-30:]))
