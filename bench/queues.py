@@ -99,10 +99,6 @@ GROUP BY url_server
 """
 
 
-def _median_ms(values: list[float]) -> float | None:
-    return round(1000 * statistics.median(values), 2) if values else None
-
-
 def measure(
     sim: WebSim,
     crawl_dir: Path,
@@ -126,9 +122,9 @@ def measure(
         # The same queue at the service times the server really gave, its background users
         # arriving at the same rate.
         service_ms = 1000 * statistics.median(services)
-        calibrated = replace(queue, service_ms=service_ms, background_load=0.0)
+        capacity = replace(queue, service_ms=service_ms).capacity_rps
         calibrated = replace(
-            calibrated, background_load=queue.background_rps / calibrated.capacity_rps
+            queue, service_ms=service_ms, background_load=queue.background_rps / capacity
         )
         best = best_polite_rate(calibrated, INFLATION)
         pages, span_s, crawler_median_ms = rows.get(host, (0, 0.0, None))
