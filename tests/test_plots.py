@@ -58,8 +58,10 @@ def crawl_dir(tmp_path: Path) -> Path:
     rows = []
     for second in (1, 2, 3, 4):
         rows += tick("c1", "node-0", second)
-    rows += tick("c1", "node-0", 1, "a", pages=10, bans=0)
-    rows += tick("c1", "node-0", 2, "a", pages=20, bans=1, target_ppm=600)
+    rows += tick("c1", "node-0", 1, "a", pages=10, bans=0, delay_s=0.05, srtt_ms=30.0)
+    rows += tick(
+        "c1", "node-0", 2, "a", pages=20, bans=1, target_ppm=600, srtt_ms=45.0, unloaded_rtt_ms=30.0
+    )
     rows += tick("c1", "node-0", 4, "a", pages=5, bans=0, target_ppm=600)
     for second in (2, 4):
         rows += tick("c1", "node-1", second)
@@ -91,6 +93,10 @@ def test_rates_are_pages_over_the_node_window(crawl_dir: Path) -> None:
     assert b.starts_s == [0, 2]
     assert b.rate_rps == [4, 15]
     assert a.pages == 35 and b.pages == 38
+    # The controller's pace (1 / its delay), RTT and unloaded RTT where traced.
+    assert a.pace_rps == [20, None, None]
+    assert a.srtt_ms == [30, 45, None]
+    assert a.unloaded_ms == [None, 30, None]
 
 
 def test_step_line_drops_to_the_gap_value_between_windows(crawl_dir: Path) -> None:
@@ -113,7 +119,9 @@ def test_without_metrics_the_fetches_are_counted_per_second(tmp_path: Path) -> N
 
 def test_png_has_one_panel_per_host_up_to_max_hosts(crawl_dir: Path, tmp_path: Path) -> None:
     con = connect(crawl_dir)
-    both = plot_host_rates(con, tmp_path / "out" / "both.png", limits={"a": 12.0, "b": 20.0})
+    both = plot_host_rates(
+        con, tmp_path / "out" / "both.png", limits={"a": 12.0, "b": 20.0}, unloaded_rtt_ms={"a": 25}
+    )
     assert both == tmp_path / "out" / "both.png"
     one = plot_host_rates(con, tmp_path / "out" / "one.png", max_hosts=1)
     (both_w, both_h), (one_w, one_h) = png_size(both), png_size(one)

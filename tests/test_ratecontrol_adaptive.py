@@ -23,6 +23,7 @@ from crawler.ratecontrol import (
     RateControlSettings,
     make_host_controller,
 )
+from websim.physical import FifoQueue, PhysicalQueue, unloaded_median_s
 from websim.queueing import ArrivalRate, QueueingModel
 
 RETRY = RetrySettings()
@@ -367,9 +368,10 @@ DEGRADING_SEEDS = range(6)
 def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
     # The issue's goals on websim's model (M/M/1, 2 ms of network latency, response times
     # lognormal sigma 0.25), 600 pages per run, over several seeds: every run's median RTT at
-    # most 1.5x the unloaded one, and the crawl at least 83% as fast as one held at the rate
-    # where the RTT reaches 1.5x in every run, 86% on average (the start at the ceiling's pace
-    # weighs most on the fastest servers).
+    # most 1.5x the unloaded one, and the crawl at least 81% as fast as one held at the rate
+    # where the RTT reaches 1.5x in every run, 85% on average (the start at the ceiling's pace
+    # weighs most on the fastest servers; the rate step test's burst and drain cost such a
+    # server 1-2 points: 0.851 against 0.866 on average at 40/s, bench/results/politeness).
     model = QueueingModel(0.002, capacity)
     held_s = 600 / model.rate_at_inflation(1.5)
     speeds = []
@@ -378,8 +380,8 @@ def test_adaptive_meets_the_degrading_goals(capacity: float) -> None:
         rtts, elapsed = run_degrading(controller, model, seed=seed)
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
         speeds.append(held_s / elapsed)
-    assert statistics.mean(speeds) >= 0.86
-    assert min(speeds) >= 0.83
+    assert statistics.mean(speeds) >= 0.85
+    assert min(speeds) >= 0.81
 
 
 @pytest.mark.parametrize("capacity", [12.0, 28.7])
@@ -406,7 +408,8 @@ def test_adaptive_takes_the_handshake_as_latency_that_does_not_queue(
     # first is the largest host of bench/politeness's degrading web). Taken out of the time in
     # the server, U comes out right instead of low, and the host settles just under the goal's
     # 1.5x instead of at 1.3-1.4x: 600 pages at 0.95 of the held crawl's speed on average
-    # instead of 0.71-0.89 (tests/test_ratecontrol_adaptive.py's other degrading runs).
+    # instead of 0.71-0.89 (tests/test_ratecontrol_adaptive.py's other degrading runs); at
+    # least 0.89 in every run (the rate step test's burst and drain cost up to 2 points).
     model = QueueingModel(latency_ms / 1000, capacity)
     held_s = 600 / model.rate_at_inflation(1.5)
     speeds = []
@@ -417,7 +420,7 @@ def test_adaptive_takes_the_handshake_as_latency_that_does_not_queue(
         assert unloaded == pytest.approx(model.unloaded_rtt_s, rel=0.04), seed
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
         speeds.append(held_s / elapsed)
-    assert min(speeds) >= 0.9
+    assert min(speeds) >= 0.89
     assert statistics.mean(speeds) >= 0.93
 
 
@@ -437,12 +440,13 @@ def test_adaptive_does_not_take_a_queueing_server_with_latency_for_flat() -> Non
     # busy only a fifth of the time, so its 1.5x rate is 1.6x the ceiling's, and the climb,
     # which R lags, can overshoot it. Read as flat there (its U raised to the ceiling's RTT),
     # it would be run at 1.7x; seeds 74 and 184 did so when the check came at twice the
-    # ceiling's rate.
+    # ceiling's rate. The rate step test may give it a floor, from the line through its RTTs
+    # against the rate, but that line meets rate 0 under the unloaded RTT (the polite side).
     model = QueueingModel(0.0052, 29.1)
     for seed in range(200):
         controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
         rtts, _ = run_degrading(controller, model, pages=437, seed=seed)
-        assert controller.queueing.floor_s == 0, seed
+        assert controller.queueing.floor_s <= model.unloaded_rtt_s, seed
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
 
 
@@ -575,3 +579,62 @@ def test_adaptive_crawl_delay_wins_over_a_fast_host() -> None:
     controller.set_floor_delay(2.0)
     clean_responses(controller, 0.0, 100, rtt=0.002)
     assert controller.current_delay() == pytest.approx(2.0)
+
+
+# ---- adaptive on physical queues: workers behind one FIFO queue, shared with other users ----
+
+
+def run_physical(
+    controller: HostRateController, queue: PhysicalQueue, pages: int = 600, seed: int = 0
+) -> tuple[list[float], list[float]]:
+    """A websim physical queue host, simulated (websim/physical.py's `FifoQueue`): every
+    request waits for one of the workers, behind the background users' too. 2 ms of the
+    client's own in each RTT. Returns the response times at the server and the answers'
+    times."""
+    sim = FifoQueue(queue, seed)
+    now = 1.0
+    times: list[float] = []
+    answered: list[float] = []
+    while len(times) < pages:
+        start = max(controller.earliest_next(), now)
+        controller.on_request_start(start)
+        response = sim.request(start)
+        now = start + response + 0.002
+        controller.on_response(now, response + 0.002, 200, None)
+        times.append(response)
+        answered.append(now)
+    return times, answered
+
+
+@pytest.mark.parametrize(("workers", "background"), [(2, 0.0), (8, 0.0), (8, 0.3)])
+def test_adaptive_finds_that_a_queue_with_workers_to_spare_can_take_more(
+    workers: int, background: float
+) -> None:
+    # The crawler's requests, one at a time, never wait behind each other on a server with
+    # workers to spare: the RTT does not rise with its rate, and the polite rate is back to
+    # back. The M/M/1 reading held such servers at about 1.45 times the ceiling's rate
+    # (20-23/s here, where back to back is about 40/s); the rate step test finds the RTT flat
+    # and lets the rate up. Over the last 300 of 600 pages, 8 seeds: 29.4/s on average
+    # against 23.5/s before, no median over 1.04x the unloaded one (PROBE_CONFIDENCE 1.5).
+    queue = PhysicalQueue(workers, background_load=background)
+    unloaded = unloaded_median_s(queue)
+    late_rates = []
+    for seed in range(8):
+        controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+        times, answered = run_physical(controller, queue, seed=seed)
+        assert statistics.median(times) <= 1.1 * unloaded, seed
+        late_rates.append(300 / (answered[-1] - answered[299]))
+    assert statistics.mean(late_rates) >= 28.0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_adaptive_stays_polite_on_a_queue_near_saturation(workers: int) -> None:
+    # 60% of the workers' capacity taken by other users: each request of the crawler's adds
+    # to their queue and waits in it. Median at most 1.3x the unloaded one (the server as the
+    # crawler finds it, others' load included) in every run.
+    queue = PhysicalQueue(workers, background_load=0.6)
+    unloaded = unloaded_median_s(queue)
+    for seed in range(6):
+        controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+        times, _ = run_physical(controller, queue, pages=400, seed=seed)
+        assert statistics.median(times) <= 1.3 * unloaded, seed

@@ -10,7 +10,17 @@ Usage::
 """
 
 from websim.graph import HostProfile, Web, build_web
+from websim.physical import PhysicalQueue
 from websim.sim import WebSim, serve_forever
 from websim.spec import WebSpec, host_address
 
-__all__ = ["HostProfile", "Web", "WebSim", "WebSpec", "build_web", "host_address", "serve_forever"]
+__all__ = [
+    "HostProfile",
+    "PhysicalQueue",
+    "Web",
+    "WebSim",
+    "WebSpec",
+    "build_web",
+    "host_address",
+    "serve_forever",
+]

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from websim.physical import PhysicalQueue
 from websim.queueing import QueueingModel
 from websim.spec import WebSpec, host_address
 
@@ -50,6 +51,8 @@ class HostProfile:
     # Requests/s the host completes when busy; its response time grows with the arrival rate
     # (websim/queueing.py). None: latency does not depend on load.
     capacity_rps: float | None = None
+    # W workers behind one FIFO queue shared with background users (websim/physical.py).
+    queue: PhysicalQueue | None = None
 
     def queueing(self) -> QueueingModel | None:
         """The host's response time against its arrival rate (ground truth), if it degrades."""
@@ -103,7 +106,7 @@ def build_web(spec: WebSpec) -> Web:
     rng = np.random.default_rng(spec.seed)
     n, n_hosts = spec.pages, spec.hosts
 
-    host_start = _host_sizes(rng, n_hosts, n)
+    host_start = _host_sizes(rng, n_hosts, n, spec.even_host_sizes)
     host_of = np.repeat(np.arange(n_hosts), np.diff(host_start))
     local = np.arange(n) - host_start[host_of]
     kind = _page_kinds(rng, spec, local)
@@ -134,10 +137,14 @@ def build_web(spec: WebSpec) -> Web:
     )
 
 
-def _host_sizes(rng: np.random.Generator, n_hosts: int, n: int) -> np.ndarray:
-    """Skewed page counts (a few big hosts, many small ones), each host at least its root."""
+def _host_sizes(rng: np.random.Generator, n_hosts: int, n: int, even: bool) -> np.ndarray:
+    """Skewed page counts (a few big hosts, many small ones), each host at least its root; or
+    as even as they divide (`even`), the draw made all the same so the rest of the web keeps
+    its seed's shape."""
     weights = 1.0 / rng.permutation(np.arange(1, n_hosts + 1))  # Zipf over a random host order
     sizes = 1 + rng.multinomial(n - n_hosts, weights / weights.sum())
+    if even:
+        sizes = np.full(n_hosts, n // n_hosts) + (np.arange(n_hosts) < n % n_hosts)
     return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
@@ -295,6 +302,7 @@ def _host_profiles(rng: np.random.Generator, spec: WebSpec, sizes: np.ndarray) -
             robots_disallow=ROBOTS_DISALLOW if robots[i] else None,
             crawl_delay_s=spec.crawl_delay_s if delayed[i] else None,
             capacity_rps=capacities[i],
+            queue=spec.queues[i] if spec.queues else None,
         )
         for i in range(h)
     ]

@@ -5,10 +5,12 @@ written against asyncio.Protocol keeps the per-request cost low so the simulator
 bottleneck of the crawler it measures. Per host it applies what real servers do to crawlers:
 response latency (a timer, so slow hosts never block others), a keep-alive request limit, a
 hidden token-bucket rate limit answered with 429/503 and Retry-After, response times that grow
-with the request rate on degrading hosts (websim/queueing.py), and robots.txt.
+with the request rate on degrading hosts (websim/queueing.py), requests that wait for one of a
+few workers on physical queue hosts (websim/physical.py), and robots.txt.
 
 The parent talks to the child over a multiprocessing pipe: ("log", clear) returns the request
-log, ("stop",) shuts down. End of file on the pipe means the parent died, and the child exits.
+log, ("queue_log", clear) the physical queue hosts' response times, ("stop",) shuts down. End
+of file on the pipe means the parent died, and the child exits.
 
 Over 400 lines because it is one request path: the connection protocol, the per-host state it
 answers from (tokens, latency, keep-alive limit) and the response it writes are read together;
@@ -33,6 +35,7 @@ from websim import hostile
 from websim.changes import ChangeModel
 from websim.graph import PDF, Web
 from websim.pages import Renderer
+from websim.physical import WorkerPool
 from websim.queueing import ArrivalRate
 
 HUB_PATH = "/hub"
@@ -113,6 +116,9 @@ class _Host:
         # A degrading host: its median latency follows the arrival rate it sees.
         self.queueing = profile.queueing()
         self.arrivals = ArrivalRate()
+        # A physical queue host: every request waits for one of its workers.
+        rng = random.Random(web.spec.seed * 1_000_003 + index)
+        self.pool = None if profile.queue is None else WorkerPool(profile.queue, rng)
         self.capacity = max(1.0, (self.rate or 0.0) * web.spec.rate_limit_burst_s)
         self.tokens = self.capacity
         self.stamp = time.monotonic()
@@ -146,8 +152,15 @@ class _Sim:
         self.idle_timeout = web.spec.idle_timeout_s
         self.random = random.Random(web.spec.seed)
         self.log: list[tuple[str, str, int, float, str, int]] = []
+        # Per request to a physical queue host: host, target (None: a background user's),
+        # arrival (epoch s), seconds it waited for a worker, seconds of service (its response
+        # time at the server is the sum).
+        self.queue_log: list[tuple[str, str | None, float, float, float]] = []
         self.connections: set[_Connection] = set()
         self.next_connection_id = 0
+
+    def log_background(self, host: str, wait: float, service: float) -> None:
+        self.queue_log.append((host, None, time.time() - wait - service, wait, service))
 
     def page(self, page: int) -> bytes:
         return self._bodies[page] if self._bodies else self.renderer.page(page)
@@ -180,6 +193,7 @@ class _Connection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self.transport: asyncio.Transport | None = None
         self.id = sim.new_connection_id()
+        self.target = ""  # of the request being answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -215,12 +229,38 @@ class _Connection(asyncio.Protocol):
             head = bytes(self.buffer[:end])
             del self.buffer[: end + 4]
             response, delay, close = self._handle(head)
-            if delay > 0:
+            if self.host.pool is not None:
+                self.busy = True
+                served = functools.partial(
+                    self._served, response, delay, close, self.target, time.time()
+                )
+                self.host.pool.submit(served)
+            elif delay > 0:
                 self.busy = True
                 loop = asyncio.get_running_loop()
                 self.timer = loop.call_later(delay, self._send_later, response, close)
             else:
                 self._send(response, close)
+
+    def _served(
+        self,
+        response: bytes,
+        delay: float,
+        close: bool,
+        target: str,
+        arrived: float,
+        wait: float,
+        service: float,
+    ) -> None:
+        """A physical queue host's worker is done with the request: log its time at the
+        server, then answer after the host's latency (if any is in the server's timer)."""
+        self.sim.queue_log.append((self.host.name, target, arrived, wait, service))
+        if delay > 0 and not self.closed:
+            self.timer = asyncio.get_running_loop().call_later(
+                delay, self._send_later, response, close
+            )
+        else:
+            self._send_later(response, close)
 
     def _send_later(self, response: bytes, close: bool) -> None:
         self.busy = False
@@ -330,6 +370,7 @@ class _Connection(asyncio.Protocol):
         delay: float = 0.0,
     ) -> tuple[bytes, float, bool]:
         """Record the request (at its arrival) in the log; pass the answer through."""
+        self.target = target
         self.sim.log.append((self.host.name, target, status, time.time(), method, self.id))
         return response, delay, close
 
@@ -380,6 +421,10 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
         next_connection=sim.new_connection_id,
     )
     servers += [server for server, _ in hostiles]
+    pools = [host.pool for host in sim.hosts if host.pool is not None]
+    for host in sim.hosts:
+        if host.pool is not None:
+            host.pool.start(loop, functools.partial(sim.log_background, host.name))
     stopped = loop.create_future()
 
     def on_command() -> None:
@@ -390,6 +435,10 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
         if command[0] == "night":
             sim.changes.advance()
             conn.send(sim.changes.night)
+        elif command[0] == "queue_log":
+            conn.send(sim.queue_log)
+            if command[1]:
+                sim.queue_log = []
         elif command[0] == "log":
             conn.send(sim.log)
             if command[1]:
@@ -404,6 +453,8 @@ async def _serve(web: Web, sockets: list[socket.socket], conn: Connection) -> No
 
     loop.remove_reader(conn.fileno())
     sweeper.cancel()
+    for pool in pools:
+        pool.stop()
     for server in servers:
         server.close()
     for connection in list(sim.connections):

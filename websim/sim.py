@@ -35,6 +35,16 @@ class LoggedRequest(TypedDict):
     conn: int  # the connection's id
 
 
+class QueuedRequest(TypedDict):
+    """One request a physical queue host served (`WebSim.queue_log`)."""
+
+    host: str  # "ip:port"
+    path: str | None  # None: a background user's request
+    time: float  # arrival, epoch seconds
+    wait_s: float  # waiting for a worker
+    service_s: float  # holding one
+
+
 class WebSim:
     """Serves `build_web(spec)` on 127.0.x.y:port, one address per host, from a child process
     (spawned, so it does not share the GIL with the crawler under test)."""
@@ -210,6 +220,20 @@ class WebSim:
         assert served == self.changes.night, "server and ground truth out of step"
         urls = self._page_urls()
         return {urls[i] for i in changed.tolist()}
+
+    def queue_log(self, clear: bool = False) -> list[QueuedRequest]:
+        """Every request the physical queue hosts (websim/physical.py) served so far, oldest
+        first, with its time at the server: waiting for a worker, then served. With
+        clear=True the server forgets them afterwards."""
+        if self._conn is None:
+            raise RuntimeError("WebSim not running")
+        with self._lock:
+            self._conn.send(("queue_log", clear))
+            entries = self._conn.recv()
+        return [
+            QueuedRequest(host=host, path=path, time=at, wait_s=wait, service_s=service)
+            for host, path, at, wait, service in entries
+        ]
 
     def request_log(self, clear: bool = False) -> list[LoggedRequest]:
         """Every request the servers received so far, oldest first. With clear=True the server

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from websim.physical import PhysicalQueue
+
 # Host i listens on 127.0.{1 + i // 250}.{1 + i % 250}; the third octet must stay <= 255.
 MAX_HOSTS = 255 * 250
 
@@ -47,6 +49,14 @@ class WebSpec:
     # capacity drawn log-uniformly from this range (requests/s), so its response time grows with
     # the rate it is asked at, and it never answers 429/503. None: response times ignore load.
     capacity_rps: tuple[float, float] | None = None
+    # Physical queue hosts (websim/physical.py): host i is served by queues[i], W workers
+    # behind one FIFO queue shared with background users, so its response time grows because
+    # requests really wait; its latency_ms is network latency on top. Empty: no such hosts;
+    # else one per host, and no capacity_rps.
+    queues: tuple[PhysicalQueue, ...] = ()
+    # Pages split evenly over the hosts instead of the skewed (Zipf) split: a benchmark that
+    # compares servers wants each crawled for about as long.
+    even_host_sizes: bool = False
     # An oracle for benchmarks: every degrading host's robots.txt asks for a Crawl-delay of one
     # over the rate at which its median response time reaches this multiple of the unloaded
     # one, so a crawl that keeps Crawl-delay is held at that rate. None: no such Crawl-delay.
@@ -102,6 +112,8 @@ class WebSpec:
             raise ValueError("rate_limit_rps must be (low, high) with 0 < low <= high, or None")
         if self.capacity_rps is not None and not 0 < self.capacity_rps[0] <= self.capacity_rps[1]:
             raise ValueError("capacity_rps must be (low, high) with 0 < low <= high, or None")
+        if self.queues and (len(self.queues) != self.hosts or self.capacity_rps is not None):
+            raise ValueError("queues needs one PhysicalQueue per host, and no capacity_rps")
         if self.crawl_delay_at_inflation is not None and (
             self.capacity_rps is None or self.crawl_delay_at_inflation <= 1
         ):

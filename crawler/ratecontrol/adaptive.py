@@ -35,6 +35,20 @@ QUEUEING_BRAKES = 2 * RECENT_SAMPLES
 # (1.6x the ceiling's rate at 5 ms of a 40 ms RTT) and the overshoot of R's lag, that such a
 # server is not read as flat: its U raised to the ceiling's RTT, it would be overrun.
 FLAT_RATE_FACTOR = 2.5
+# The rate step test (see `_step_test`): PROBE_AFTER responses after the ceiling lifted (a
+# server with fewer pages is not worth its burst), PROBE_SAMPLES responses sent at
+# FLAT_RATE_FACTOR times the ceiling's rate (or back to back), the first PROBE_SETTLE of them
+# left out of the fit (a queue takes time to build, one whose arrivals are averaged over
+# time, as websim's formula servers, longer). The fit takes U this many standard errors low.
+PROBE_AFTER = 4 * RECENT_SAMPLES
+PROBE_SAMPLES = 4 * RECENT_SAMPLES
+PROBE_SETTLE = RECENT_SAMPLES
+PROBE_CONFIDENCE = 1.5
+# After a test that shows the server queues, the rate goes back to this share of its rate
+# before the test (as BBR drains the queue its probe built).
+PROBE_DRAIN = 0.8
+# The (rate, RTT) samples the fit keeps: every page's until the test ends.
+FIT_SAMPLES = 256
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
 # ceiling from one RTT estimate, a request meets the next one, which may be a little higher.
 # Small: on a server with several workers, U is the ceiling's RTT divided by up to (1 + this
@@ -104,7 +118,13 @@ class AdaptiveRateController(PacedController):
       not rise with the rate, and the division by (1 + busy share) put U too low. Once r has
       stayed at FLAT_RATE_FACTOR (2.5) times the ceiling's rate for RECENT_SAMPLES responses
       without R rising (as slow start measures it), the ceiling's RTT is taken as unloaded: it
-      is U's floor from then on.
+      is U's floor from then on. The delay side's M/M/1 reading usually settles such a server
+      near 1.45 times the ceiling's rate, where this check never looks, so PROBE_AFTER
+      responses after the ceiling lifted the rate step test (`_step_test`) asks the server:
+      PROBE_SAMPLES responses at 2.5 times the ceiling's rate, and a line fitted to every
+      page's (rate, RTT) so far gives U at rate 0, the floor when it is above the M/M/1
+      reading's. The one ceiling left is the start's, until the server has shown it is fast
+      (about 20 responses).
 
     Loss side (token buckets answering 429/503):
 
@@ -166,6 +186,17 @@ class AdaptiveRateController(PacedController):
         self._ceiling_rate: float | None = None
         self._fast_streak = 0
         self._proof_streak = 0
+        # The rate step test: responses until it starts (None: done, or not yet due), left in
+        # it, the rate to go back to, and the (rate the server saw, log of the time in the
+        # server) of every page until it ends, with whether it was sent in the test.
+        self._probe_due: int | None = None
+        self._probe_left = 0
+        self._probe_from = 0.0
+        self._probe_base = 0.0  # the ceiling's rate, which the test's is a multiple of
+        self._probe_unloaded: float | None = None
+        self._fit: deque[tuple[float, float, bool]] = deque(maxlen=FIT_SAMPLES)
+        self._fit_open = True
+        self._seen_rate = 0.0  # over the last two gaps, when the last request started
         self._brakes = 0  # responses the delay side braked on since the ceiling lifted
         # Whether the rate held at the target for `probe_every` clean responses since the
         # last ban, i.e. the target has been confirmed by experience.
@@ -220,6 +251,7 @@ class AdaptiveRateController(PacedController):
         seen_rate = len(self._last_gaps) / sum(self._last_gaps) if self._last_gaps else 0.0
         in_server = max((self.rtt.srtt or 0.0) - self.queueing.latency_s, 0.0)
         self._duty_at_start = seen_rate * in_server
+        self._seen_rate = seen_rate
         super().on_request_start(now)
         # The rate the server sees: our pacing, or the fetch time when that is longer.
         self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
@@ -239,6 +271,9 @@ class AdaptiveRateController(PacedController):
         # The busy share from the RTT expected before this answer: judged by its own RTT, the
         # fast answers would pass as unloaded and the slow ones not.
         self.queueing.observe(rtt_s, self._duty_at_start)
+        if self._fit_open:
+            in_server = math.log(max(rtt_s - self.queueing.latency_s, 1e-6))
+            self._fit.append((self._seen_rate, in_server, self._probe_left > 0))
         first = self.rtt.srtt is None
         super()._observe_rtt(now, rtt_s)
         if first and self.target is None:
@@ -358,6 +393,7 @@ class AdaptiveRateController(PacedController):
             self.target, self._measured = self._target_after_ban(now, overshot)
             self.slow_start = False
             self._held = False
+            self._end_step_test()
             self._count_from_ban(now)
             # Never above the new target: when the served rate showed that the limit is below
             # half the banned rate, halving alone would still be too fast.
@@ -369,6 +405,14 @@ class AdaptiveRateController(PacedController):
         if outcome is ResponseKind.ERROR:
             return  # no growth on failures; runs of them pause the host (shared layer)
         self._pages_since_ban += 1
+        if self._probe_left > 0:
+            self._step_test()
+            return
+        if self._probe_due is not None:
+            self._probe_due -= 1
+            if self._probe_due <= 0 and self.target is None:
+                self._start_step_test()
+                return
         self._check_flat()
         inflation = self.inflation()
         self._check_proof(inflation)
@@ -453,6 +497,103 @@ class AdaptiveRateController(PacedController):
             self.queueing.floor_s = self._ceiling_rtt
         self._ceiling_rate = None
 
+    def _start_step_test(self) -> None:
+        self._probe_due = None
+        if self.queueing.floor_s > 0:  # the flat check found the RTT does not rise
+            self._end_step_test()
+            return
+        self._probe_from = self.rate
+        # U before the test: once every page feeds it, the test's own would pull it down.
+        self._probe_unloaded = self.queueing.unloaded_s
+        self._probe_left = PROBE_SAMPLES
+        self._set_rate(FLAT_RATE_FACTOR * self._probe_base)
+
+    def _end_step_test(self) -> None:
+        self._probe_due = None
+        self._probe_left = 0
+        self._fit_open = False
+        self._fit.clear()
+
+    def _step_test(self) -> None:
+        """One response of the rate step test: PROBE_AFTER responses after the ceiling lifted,
+        the rate held at FLAT_RATE_FACTOR times the ceiling's (at most back to back) for
+        PROBE_SAMPLES responses, to learn from the RTT's response to the crawler's own rate
+        change how much more the server can take.
+
+        A line fitted to every page's (rate the server saw, log of its time in the server)
+        so far, from the ceiling's rate through the climb to the test's, gives the time in the
+        server at rate 0: U, taken PROBE_CONFIDENCE standard errors low. On a server that
+        queues behind the crawler's own requests (one worker, or websim's formula servers)
+        the RTT rises with the rate, steeper and steeper, and the line's U falls under the
+        M/M/1 reading's (whose division by 1 + busy share is exact there): the test changes
+        nothing but a short burst (it stops once R has clearly risen, below) and a drain
+        after it (PROBE_DRAIN). On one whose RTT hardly moves (several workers, or a worker
+        kept busy by others: the crawler's requests, one at a time, do not wait behind each
+        other) the line's U is about the RTT measured at the ceiling, above the M/M/1
+        reading's by up to a third, which held such servers near 1.45 times the ceiling's
+        rate, about 0.4 of what one connection could politely take: it becomes U's floor
+        and the rate stays up, where only RTT inflation over it brakes, as after the flat
+        check. A floor from the line is never above the truth on a server whose RTT rises
+        with the rate ever more steeply (a queue's): the line through its points meets rate
+        0 below the curve."""
+        self._probe_left -= 1
+        before, current = self._probe_unloaded, self.queueing.current_s
+        # The test stops once R has risen by the setpoint's distance over its value when the
+        # ceiling lifted, looked at every half of R's window (R is noisy: looked at on every
+        # response, a server that does not queue behind the crawler would cross it by chance
+        # over the test), or by strong queueing over U as it was (see _on_outcome) at any
+        # response. Back to back, a one-worker server's RTT doubles: with the lag of R, the
+        # test's burst lasts about one window of R there.
+        look = self._probe_left % (RECENT_SAMPLES // 2) == 0
+        risen = (
+            look
+            and current is not None
+            and self._ceiling_rtt is not None
+            and current >= self.setpoint() * self._ceiling_rtt
+        )
+        strong = risen or (
+            before is not None
+            and current is not None
+            and current >= (2.0 * self.setpoint() - 1.0) * before
+        )
+        if not strong and self._probe_left > 0:
+            return
+        unloaded = None if strong else self._fitted_unloaded()
+        self._end_step_test()
+        self._ceiling_rate = None  # decided here: no flat check afterwards (see _check_flat)
+        if unloaded is None or before is None or unloaded <= before:
+            # Below where it was, a while: the test's burst left a queue, or raised the
+            # arrival rate such a server averages, and the delay side climbs back from here.
+            self._set_rate(PROBE_DRAIN * self._probe_from)
+            return
+        self.queueing.floor_s = unloaded
+
+    def _fitted_unloaded(self) -> float | None:
+        """U from the line through the (rate, log time in the server) samples, less
+        PROBE_CONFIDENCE standard errors (see `_step_test`); never above the mean before the
+        test (a time that falls with the rate is noise). None when too few samples."""
+        probe_seen = 0
+        points = []
+        for rate, log_time, in_test in self._fit:
+            probe_seen += in_test
+            if not in_test or probe_seen > PROBE_SETTLE:
+                points.append((rate, log_time))
+        before = [log_time for _, log_time, in_test in self._fit if not in_test]
+        if len(points) < 8 or not before:
+            return None
+        n = len(points)
+        mean_x = sum(x for x, _ in points) / n
+        mean_y = sum(y for _, y in points) / n
+        sxx = sum((x - mean_x) ** 2 for x, _ in points)
+        if sxx <= 0:
+            return None
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+        intercept = mean_y - slope * mean_x
+        residual = sum((y - intercept - slope * x) ** 2 for x, y in points) / (n - 2)
+        error = math.sqrt(residual * (1.0 / n + mean_x**2 / sxx))
+        level = min(intercept, sum(before) / len(before)) - PROBE_CONFIDENCE * error
+        return self.queueing.latency_s + math.exp(level)
+
     def _check_proof(self, inflation: float | None) -> None:
         """Count responses that show the host is fast: sent near the ceiling, RTT not inflated."""
         if self.proven_fast or inflation is None:
@@ -466,8 +607,13 @@ class AdaptiveRateController(PacedController):
                 self._at_ceiling_start = False
                 self._ceiling_rtt = self.queueing.current_s
                 self._ceiling_rate = self._rate_at_start
+                self._probe_base = self._rate_at_start
+                self._probe_due = PROBE_AFTER
         else:
             self._proof_streak = 0
+
+    def unloaded_rtt_s(self) -> float | None:
+        return self.queueing.unloaded_s if self.queueing.known else None
 
     def target_ppm(self) -> float | None:
         return None if self.target is None else 60.0 * self.target

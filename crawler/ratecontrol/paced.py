@@ -105,6 +105,10 @@ class PacedController(ABC):
     def concurrency_cap(self) -> int | None:
         return None
 
+    def unloaded_rtt_s(self) -> float | None:
+        """The law's estimate of the server's RTT when idle, if it keeps one."""
+        return None
+
     def trace(self, now: float) -> dict[str, float | None]:
         self.rtt.roll(now)
         row: dict[str, float | None] = {
@@ -116,6 +120,7 @@ class PacedController(ABC):
             "rtt_band_low_ms": _ms(self.rtt.low),
             "rtt_band_high_ms": _ms(self.rtt.high),
             "bans": self._bans,
+            "unloaded_rtt_ms": _ms(self.unloaded_rtt_s()),
         }
         self._pages = self._bans = 0
         return row

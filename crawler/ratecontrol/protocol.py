@@ -14,6 +14,7 @@ TRACE_FIELDS = (
     "rtt_band_low_ms",
     "rtt_band_high_ms",
     "bans",
+    "unloaded_rtt_ms",
 )
 
 
