@@ -96,12 +96,17 @@ def _slug(uri: str) -> str:
     return quote(uri.rstrip("/"), safe="")
 
 
+def _local_path(location: str | Path) -> Path:
+    text = str(location)
+    return Path(urlsplit(text).path) if text.startswith("file://") else Path(text)
+
+
 def local_root(location: str, staging_dir: str = "") -> Path:
     """Where a crawl of the output root `location` is written on this machine: the root itself
     on a local disk; for object storage, its staging directory (under `staging_dir`, default
     the user's cache)."""
     if not is_remote(location):
-        return Path(location)
+        return _local_path(location)
     base = Path(staging_dir) if staging_dir else cache_home() / "staging"
     return base / _slug(location)
 
@@ -150,13 +155,22 @@ class Bucket:
 
     def upload(self, local: Path, relative: str) -> None:
         """`local` as one object: it is there whole once this returns, or not at all."""
-        with local.open("rb") as source, self.fs.open_output_stream(self.path(relative)) as sink:
+        with local.open("rb") as source, self._output(relative) as sink:
             while chunk := source.read(_CHUNK):
                 sink.write(chunk)
 
     def put(self, relative: str, data: bytes) -> None:
-        with self.fs.open_output_stream(self.path(relative)) as sink:
+        with self._output(relative) as sink:
             sink.write(data)
+
+    def _output(self, relative: str) -> pa.NativeFile:
+        path = self.path(relative)
+        try:
+            return self.fs.open_output_stream(path)
+        except FileNotFoundError:
+            # A filesystem with directories (file://, HDFS): object stores have none.
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            return self.fs.open_output_stream(path)
 
     def get(self, relative: str) -> bytes | None:
         try:
@@ -266,24 +280,29 @@ def committed_view(bucket: Bucket, listing: dict[str, Entry]) -> dict[str, Entry
 def readable(location: str | Path) -> Path:
     """A local directory holding what a reader of `location` (an output root or a crawl
     directory) may read: `location` itself on a local disk; for object storage a mirror of
-    its committed files, WARC files left out (`read_warc_record` reads them by range)."""
+    its committed files, WARC files left out (`remote_record` reads them by range)."""
     if not is_remote(location):
-        return Path(location)
+        return _local_path(location)
     uri = str(location).rstrip("/")
     parent, _, name = uri.rpartition("/")
-    mirror = cache_home() / "read" / _slug(parent) / name
-    bucket = Bucket(uri)
+    return mirror(Bucket(uri), cache_home() / "read" / _slug(parent) / name)
+
+
+def mirror(bucket: Bucket, directory: Path) -> Path:
+    """`directory` made to hold the committed files of `bucket` but its WARC files, each
+    downloaded once (a name is never written twice), and nothing else."""
     try:
         listing = bucket.listing()
     except OSError as exc:
-        raise BucketError(f"{uri}: cannot list it ({' '.join(str(exc).split())[:300]})") from None
+        reason = " ".join(str(exc).split())[:300]
+        raise BucketError(f"{bucket.uri}: cannot list it ({reason})") from None
     committed = committed_view(bucket, listing)
     warc = {key for key in committed if f"/{WARC_DIR}/" in f"/{key}"}
     wanted = {key: entry for key, entry in committed.items() if key not in warc}
-    mirror.mkdir(parents=True, exist_ok=True)
-    with _flocked(mirror.parent / f".{name}.lock"):
-        _mirror(bucket, wanted, warc, mirror)
-    return mirror
+    directory.mkdir(parents=True, exist_ok=True)
+    with _flocked(directory.parent / f".{directory.name}.lock"):
+        _mirror(bucket, wanted, warc, directory)
+    return directory
 
 
 def _mirror(bucket: Bucket, wanted: dict[str, Entry], keep: set[str], directory: Path) -> None:
