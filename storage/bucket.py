@@ -164,17 +164,19 @@ class Bucket:
             sink.write(data)
 
     def _output(self, relative: str) -> pa.NativeFile:
+        # Bytes as they are: pyarrow would otherwise gzip a `.warc.gz` again on the way out (and
+        # gunzip it on the way in), leaving objects no other reader can use.
         path = self.path(relative)
         try:
-            return self.fs.open_output_stream(path)
+            return self.fs.open_output_stream(path, compression=None)
         except FileNotFoundError:
             # A filesystem with directories (file://, HDFS): object stores have none.
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            return self.fs.open_output_stream(path)
+            return self.fs.open_output_stream(path, compression=None)
 
     def get(self, relative: str) -> bytes | None:
         try:
-            with self.fs.open_input_stream(self.path(relative)) as source:
+            with self.fs.open_input_stream(self.path(relative), compression=None) as source:
                 return bytes(source.read())
         except FileNotFoundError:
             return None
@@ -190,7 +192,10 @@ class Bucket:
         local.parent.mkdir(parents=True, exist_ok=True)
         partial = local.with_name(f"{local.name}.{secrets.token_hex(4)}{_PART}")
         try:
-            with self.fs.open_input_stream(self.path(relative)) as source, partial.open("wb") as f:
+            with (
+                self.fs.open_input_stream(self.path(relative), compression=None) as source,
+                partial.open("wb") as f,
+            ):
                 while chunk := source.read(_CHUNK):
                     f.write(chunk)
             if entry.mtime:

@@ -7,6 +7,7 @@ from runtime.environment import confine_to_loopback
 
 confine_to_loopback()  # before Prefect and Ray are imported
 
+import logging  # noqa: E402
 import os  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
@@ -58,6 +59,7 @@ def s3_server(tmp_path_factory):
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -6,6 +6,7 @@ crawl there; `crawlflow sql`, `report` and `warc-get` read it."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -174,6 +175,18 @@ def test_a_node_numbers_its_batches_past_what_the_bucket_holds_and_retries_in_or
     ]
 
 
+def test_an_object_holds_the_bytes_of_its_file(store: Bucket, tmp_path: Path) -> None:
+    # A WARC file is gzip members already: never compressed again on the way (pyarrow would
+    # by its name), or no other reader could take a record by its offset.
+    warc = tmp_path / "night-node-0-00001.warc.gz"
+    warc.write_bytes(gzip.compress(b"WARC/1.1\r\n"))
+    store.upload(warc, "c1/warc/night-node-0-00001.warc.gz")
+    assert (
+        tmp_path / "bucket/c1/warc/night-node-0-00001.warc.gz"
+    ).read_bytes() == warc.read_bytes()
+    assert store.read_range("c1/warc/night-node-0-00001.warc.gz", 0, 2) == b"\x1f\x8b"
+
+
 def test_credentials_in_the_output_uri_are_refused() -> None:
     with pytest.raises(BucketError) as error:
         Bucket("s3://AKIAEXAMPLE:very-secret@crawls/night")
@@ -200,22 +213,31 @@ def figures(crawl_dir: Path) -> tuple[dict[str, int], dict[str, object], list[di
     return counts, summary, hosts
 
 
-def report_lines(location: str) -> list[str]:
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `crawlflow ARGV` prints, run in this process (a command's own process would spend
+    seconds importing what this one has)."""
+    from crawlflow.cli import _run
+
+    capsys.readouterr()
+    code = _run(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def report_lines(location: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """`crawlflow report`'s table, less the lines that hold a time or a path."""
-    result = subprocess.run(
-        [CRAWLFLOW, "report", location], capture_output=True, text=True, check=True
-    )
     timed = ("duration", "per second", "rtt", "achieved rate", "output:", "top ", "host ")
     return [
         re.sub(r"\s+", " ", line)
-        for line in result.stdout.splitlines()
+        for line in cli(["report", location], capsys).splitlines()
         if not any(word in line for word in timed) and "│" in line and "." not in line
     ]
 
 
 @pytest.mark.integration
 def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_reads_it(
-    s3_server, ray_session, prefect_api, tmp_path
+    s3_server, ray_session, prefect_api, tmp_path, capsys
 ):
     from crawler.request import CrawlRequest
     from flows.crawl import crawl
@@ -243,7 +265,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
         local, remote = tmp_path / "out" / "night-1", readable("s3://crawls/same/night-1")
         assert figures(remote) == figures(local)
         assert figures(local)[0]["pages"] > 50
-        assert report_lines("s3://crawls/same/night-1") == report_lines(str(local))
+        assert report_lines("s3://crawls/same/night-1", capsys) == report_lines(str(local), capsys)
         # The bucket holds the compacted crawl, nothing else of it.
         keys = sorted(Bucket("s3://crawls/same").listing("night-1"))
         assert [k for k in keys if "/fetches/" in k] == ["night-1/fetches/compacted-000001.parquet"]
@@ -255,20 +277,17 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
         assert manifest["since"] == "night-1"
         assert second["duplicate_pages"] == 0 and second["pages"] == summary["pages"]
 
-    sql = subprocess.run(
-        [CRAWLFLOW, "sql", "s3://crawls/same", "SELECT crawl_id, count(*) FROM pages GROUP BY 1"]
-        + ["--format", "csv"],
+    query = "SELECT crawl_id, count(*) FROM pages GROUP BY 1"
+    sql = cli(["sql", "s3://crawls/same", query, "--format", "csv"], capsys)
+    pages = figures(local)[0]["pages"]
+    assert sorted(sql.split()[1:]) == [f"night-1,{pages}", f"night-2,{pages}"]
+    # A record read from the bucket by its offset; the command writes bytes to stdout's buffer.
+    record = subprocess.run(
+        [CRAWLFLOW, "warc-get", "s3://crawls/same/night-1", sim.hub_url],
         capture_output=True,
-        text=True,
         check=True,
     )
-    pages = figures(local)[0]["pages"]
-    assert sorted(sql.stdout.split()[1:]) == [f"night-1,{pages}", f"night-2,{pages}"]
-    url = sim.hub_url
-    record = subprocess.run(
-        [CRAWLFLOW, "warc-get", "s3://crawls/same/night-1", url], capture_output=True, check=True
-    )
-    assert f"WARC-Target-URI: {url}\r\n".encode() in record.stdout
+    assert f"WARC-Target-URI: {sim.hub_url}\r\n".encode() in record.stdout
 
 
 def committed_fetches(bucket: Bucket, crawl_id: str) -> int:
