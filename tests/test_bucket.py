@@ -6,7 +6,9 @@ crawl there; `crawlflow sql`, `report` and `warc-get` read it."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import re
@@ -213,31 +215,31 @@ def figures(crawl_dir: Path) -> tuple[dict[str, int], dict[str, object], list[di
     return counts, summary, hosts
 
 
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+def cli(argv: list[str]) -> str:
     """What `crawlflow ARGV` prints, run in this process (a command's own process would spend
     seconds importing what this one has)."""
     from crawlflow.cli import _run
 
-    capsys.readouterr()
-    code = _run(argv)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _run(argv)
+    assert code == 0, err.getvalue()
+    return out.getvalue()
 
 
-def report_lines(location: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+def report_lines(location: str) -> list[str]:
     """`crawlflow report`'s table, less the lines that hold a time or a path."""
     timed = ("duration", "per second", "rtt", "achieved rate", "output:", "top ", "host ")
     return [
         re.sub(r"\s+", " ", line)
-        for line in cli(["report", location], capsys).splitlines()
+        for line in cli(["report", location]).splitlines()
         if not any(word in line for word in timed) and "│" in line and "." not in line
     ]
 
 
 @pytest.mark.integration
 def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_reads_it(
-    s3_server, ray_session, prefect_api, tmp_path, capsys
+    s3_server, ray_session, prefect_api, tmp_path
 ):
     from crawler.request import CrawlRequest
     from flows.crawl import crawl
@@ -265,7 +267,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
         local, remote = tmp_path / "out" / "night-1", readable("s3://crawls/same/night-1")
         assert figures(remote) == figures(local)
         assert figures(local)[0]["pages"] > 50
-        assert report_lines("s3://crawls/same/night-1", capsys) == report_lines(str(local), capsys)
+        assert report_lines("s3://crawls/same/night-1") == report_lines(str(local))
         # The bucket holds the compacted crawl, nothing else of it.
         keys = sorted(Bucket("s3://crawls/same").listing("night-1"))
         assert [k for k in keys if "/fetches/" in k] == ["night-1/fetches/compacted-000001.parquet"]
@@ -278,7 +280,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
         assert second["duplicate_pages"] == 0 and second["pages"] == summary["pages"]
 
     query = "SELECT crawl_id, count(*) FROM pages GROUP BY 1"
-    sql = cli(["sql", "s3://crawls/same", query, "--format", "csv"], capsys)
+    sql = cli(["sql", "s3://crawls/same", query, "--format", "csv"])
     pages = figures(local)[0]["pages"]
     assert sorted(sql.split()[1:]) == [f"night-1,{pages}", f"night-2,{pages}"]
     # A record read from the bucket by its offset; the command writes bytes to stdout's buffer.
