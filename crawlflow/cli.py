@@ -345,11 +345,14 @@ def demo(
     hosts: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     pages: Annotated[int, typer.Option(min=1)] = 2000,
     nodes: Annotated[int, typer.Option(min=1, max=64)] = 2,
-    out: Annotated[Path, typer.Option("--out")] = Path("crawl-out"),
+    out: Annotated[str, typer.Option("--out")] = "crawl-out",
 ) -> None:
     """Serve the bundled synthetic web, crawl it through the flow, report and check coverage."""
     from crawlflow.demo import run_demo
+    from storage.bucket import check_bucket, is_remote
 
+    if is_remote(out):
+        check_bucket(out, None)
     run_demo(hosts=hosts, pages=pages, nodes=nodes, out_dir=out)
 
 

@@ -43,6 +43,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -452,6 +453,15 @@ def publish_crawl(bucket: Bucket, crawl_id: str, crawl_dir: Path) -> None:
     if removes:
         bucket.delete(f"{crawl_id}/{r}" for r in removes)
         bucket.delete([journal])
+
+
+def drop_staged(crawl_dir: Path) -> None:
+    """Remove a published crawl's staging copy, but its lock (the run holds it)."""
+    for child in crawl_dir.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.name != LOCK:
+            child.unlink(missing_ok=True)
 
 
 def publish_file(bucket: Bucket, crawl_id: str, crawl_dir: Path, relative: str) -> None:

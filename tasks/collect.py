@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from storage.bucket import Bucket, gather, publish_crawl, publish_file
+from storage.bucket import Bucket, drop_staged, gather, publish_crawl, publish_file
 from storage.compaction import compact
 from storage.manifest import MANIFEST
 
@@ -36,7 +36,11 @@ def gather_output(location: str, crawl_id: str, work_dir: str) -> None:
 def publish_output(location: str, crawl_id: str, work_dir: str) -> None:
     """Object storage output: the compacted crawl of the staging directory replaces its batch
     objects in the bucket (storage/bucket.py: under a journal, nothing read twice)."""
-    publish_crawl(Bucket(location), crawl_id, Path(work_dir) / crawl_id)
+    staged = Path(work_dir) / crawl_id
+    publish_crawl(Bucket(location), crawl_id, staged)
+    # Published: the staging copy goes (a resume restores from the bucket); the lock stays
+    # with the run that holds it.
+    drop_staged(staged)
     get_run_logger().info("published crawl %s to %s/%s", crawl_id, location, crawl_id)
 
 
