@@ -49,7 +49,11 @@ class CrawlRequest(BaseModel):
     nodes: int | None = Field(
         None, ge=1, le=256, description="crawler nodes; None: as many as the allocation plan"
     )
-    out_dir: str = Field("crawl-out", description="output root; the crawl writes out_dir/crawl_id")
+    out_dir: str = Field(
+        "crawl-out",
+        description="output root: a directory, or object storage (s3://BUCKET/PREFIX, gs://...); "
+        "the crawl writes out_dir/crawl_id",
+    )
     crawl_id: str | None = Field(
         None, description="None: a new crawl; an earlier crawl's id resumes it"
     )

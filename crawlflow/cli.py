@@ -227,7 +227,7 @@ def report(
     from crawlflow.summary import print_report
     from storage.bucket import readable
 
-    print_report(readable(directory), {"out_dir": directory})
+    print_report(readable(directory, required=True), {"out_dir": directory})
 
 
 @app.command()
@@ -261,7 +261,7 @@ def sql(
         raise UserError(f"--format {output_format}: not one of {', '.join(FORMATS)}")
     if output_format == "parquet" and output is None:
         raise UserError("--format parquet needs --output FILE")
-    con = connect(readable(directory))
+    con = connect(readable(directory, required=True))
     try:
         rows = write_result(con, query, output_format, output)
     except duckdb.Error as exc:
@@ -280,7 +280,7 @@ def views(
     from storage.bucket import readable
     from storage.views import view_statements
 
-    for statement in view_statements(readable(directory)):
+    for statement in view_statements(readable(directory, required=True)):
         print(statement)
 
 
@@ -294,7 +294,7 @@ def warc_get(
     from storage.views import connect
     from storage.warc import RecordNotFound, locate_record, read_record
 
-    local = readable(directory)
+    local = readable(directory, required=True)
     con = connect(local)
     try:
         if is_remote(directory):

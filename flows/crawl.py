@@ -67,6 +67,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         if remote:
             publish_manifest(out_dir, crawl_id, history)
             restore_output(out_dir, crawl_id, work_dir, quiet_s)
+            quiet_s = 0.0  # the bucket was quiet; the restore itself just wrote the directory
         checkpoint = read_checkpoint(work_dir, crawl_id, start, quiet_s, depths)
         # After the checkpoint: a new crawl's directory must not exist before it looks.
         write_rejected_seeds(Path(work_dir) / crawl_id, scope)

@@ -283,15 +283,19 @@ def committed_view(bucket: Bucket, listing: dict[str, Entry]) -> dict[str, Entry
 # ---- readers -------------------------------------------------------------------------------------
 
 
-def readable(location: str | Path) -> Path:
+def readable(location: str | Path, required: bool = False) -> Path:
     """A local directory holding what a reader of `location` (an output root or a crawl
     directory) may read: `location` itself on a local disk; for object storage a mirror of
-    its committed files, WARC files left out (`remote_record` reads them by range)."""
+    its committed files, WARC files left out (`remote_record` reads them by range).
+    `required`: BucketError when the bucket holds no crawl output there."""
     if not is_remote(location):
         return _local_path(location)
     uri = str(location).rstrip("/")
     parent, _, name = uri.rpartition("/")
-    return mirror(Bucket(uri), cache_home() / "read" / _slug(parent) / name)
+    local = mirror(Bucket(uri), cache_home() / "read" / _slug(parent) / name)
+    if required and not any(local.glob(f"**/{COMMITTED_DATASETS[-1]}/*.parquet")):
+        raise BucketError(f"no crawl output (fetches Parquet) under {uri}")
+    return local
 
 
 def mirror(bucket: Bucket, directory: Path) -> Path:

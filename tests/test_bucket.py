@@ -374,3 +374,16 @@ def test_a_bucket_that_cannot_be_written_is_one_line_before_anything_starts(s3_s
     assert "testing" not in result.stderr  # the secret key the environment holds
     assert not (tmp_path / "prefect-home").exists()  # Prefect never started
     print(f"refused in {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.integration
+def test_a_reader_of_a_prefix_without_crawls_is_told_so_in_one_line(s3_server):
+    from crawlflow.cli import _run
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = _run(["sql", "s3://crawls/nothing-here", "SELECT 1"])
+    assert code == 2
+    assert err.getvalue() == (
+        "crawlflow: error: no crawl output (fetches Parquet) under s3://crawls/nothing-here\n"
+    )
