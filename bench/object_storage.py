@@ -19,6 +19,7 @@ Issue 32's goal: record the cost, side by side. Nothing in the product is there 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import resource
@@ -85,6 +86,7 @@ def main() -> None:
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
