@@ -246,7 +246,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
     from websim import WebSim, WebSpec
 
     # No hidden rate limits: nothing in the crawl depends on timing.
-    spec = WebSpec(hosts=2, pages=80, seed=5, rate_limit_rps=None, latency_ms=(1, 2))
+    spec = WebSpec(hosts=2, pages=60, seed=5, rate_limit_rps=None, latency_ms=(1, 2))
     with WebSim(spec) as sim:
 
         def run(out_dir: str, crawl_id: str) -> dict:
@@ -255,7 +255,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
                     seeds=[sim.hub_url],
                     allow=sim.servers,
                     allow_private=True,
-                    nodes=2,
+                    nodes=1,
                     out_dir=out_dir,
                     crawl_id=crawl_id,
                 )
@@ -266,7 +266,7 @@ def test_the_same_crawl_to_disk_and_to_s3_gives_the_same_output_and_a_recrawl_re
         assert summary["out_dir"] == "s3://crawls/same/night-1"
         local, remote = tmp_path / "out" / "night-1", readable("s3://crawls/same/night-1")
         assert figures(remote) == figures(local)
-        assert figures(local)[0]["pages"] > 50
+        assert figures(local)[0]["pages"] > 40
         assert report_lines("s3://crawls/same/night-1") == report_lines(str(local))
         # The bucket holds the compacted crawl, nothing else of it.
         keys = sorted(Bucket("s3://crawls/same").listing("night-1"))
@@ -311,7 +311,7 @@ def test_a_crawl_to_s3_killed_with_sigkill_resumes_from_the_bucket_with_every_pa
     config = tmp_path / "crawl.toml"
     config.write_text("[output]\nwrite_interval_s = 0.2\nwrite_batch_rows = 10\n")
     # Hidden limits of about 10 requests/s: the crawl lasts long enough to be killed.
-    spec = WebSpec(hosts=3, pages=240, seed=11, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
+    spec = WebSpec(hosts=3, pages=180, seed=11, rate_limit_rps=(8.0, 12.0), latency_ms=(1, 3))
     with WebSim(spec) as sim:
         command = [CRAWLFLOW, "crawl", sim.hub_url, "--allow-private", "--nodes", "2"]
         command += [arg for host in sim.servers for arg in ("--allow", host)]
@@ -326,7 +326,7 @@ def test_a_crawl_to_s3_killed_with_sigkill_resumes_from_the_bucket_with_every_pa
         )
         try:
             deadline = time.monotonic() + 120
-            while committed_fetches(bucket, "k1") < 4:
+            while committed_fetches(bucket, "k1") < 3:
                 assert process.poll() is None, process.stderr.read().decode()[-2000:]
                 assert time.monotonic() < deadline, "the crawl made no progress"
                 time.sleep(0.2)
