@@ -122,7 +122,7 @@ class Bucket:
     """An output root in object storage: objects named by their path below the root."""
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri.rstrip("/")
+        self.uri = uri if uri.endswith("://") else uri.rstrip("/")
         parts = urlsplit(self.uri)
         if "@" in parts.netloc:
             raise BucketError(
@@ -135,6 +135,8 @@ class Bucket:
         except (pa.ArrowException, ValueError) as exc:
             self.fs, self.root = _fsspec_filesystem(self.uri, exc)
         self.root = self.root.rstrip("/")
+        if not self.root:
+            raise BucketError(f"--out {self.uri}: names no bucket")
 
     def path(self, relative: str) -> str:
         return f"{self.root}/{relative}" if relative else self.root
@@ -223,14 +225,17 @@ class Bucket:
 
 
 def _fsspec_filesystem(uri: str, arrow_error: Exception) -> tuple[pafs.FileSystem, str]:
-    """What fsspec opens, for schemes pyarrow.fs does not know."""
+    """What fsspec opens, for schemes pyarrow.fs does not know (and fsspec does: it would take
+    an unknown one for a local path)."""
+    scheme = urlsplit(uri).scheme
     try:
-        import fsspec  # type: ignore[import-untyped]
         from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+        from fsspec.registry import known_implementations  # type: ignore[import-untyped]
 
+        if scheme not in known_implementations or scheme in ("file", "local"):
+            raise ValueError(f"no filesystem is known for {scheme}://")
         filesystem, path = url_to_fs(uri)
-        assert isinstance(filesystem, fsspec.AbstractFileSystem)
-    except (ImportError, ValueError, OSError) as exc:
+    except Exception as exc:  # whatever the implementation's import or constructor raises
         raise BucketError(f"--out {uri}: no filesystem opens it ({arrow_error}; {exc})") from None
     # The stubs take FSSpecHandler for abstract; it is pyarrow's own complete handler.
     return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), str(path)  # type: ignore[abstract]

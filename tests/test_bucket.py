@@ -189,6 +189,16 @@ def test_an_object_holds_the_bytes_of_its_file(store: Bucket, tmp_path: Path) ->
     assert store.read_range("c1/warc/night-node-0-00001.warc.gz", 0, 2) == b"\x1f\x8b"
 
 
+@pytest.mark.parametrize("uri", ["nosuchscheme://bucket/night", "s3://", "s3:///night"])
+def test_an_output_uri_no_filesystem_opens_is_refused(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # fsspec would take an unknown scheme for a local path: not here
+    with pytest.raises(BucketError, match="^--out "):
+        Bucket(uri)
+    assert not list(tmp_path.iterdir())
+
+
 def test_credentials_in_the_output_uri_are_refused() -> None:
     with pytest.raises(BucketError) as error:
         Bucket("s3://AKIAEXAMPLE:very-secret@crawls/night")
