@@ -241,10 +241,13 @@ class CommitGroupWriter:
                     )
 
     def flush(self) -> None:
-        """Commit every buffered row now. Raises what the disk said if it cannot; the rows
-        stay buffered for the next try."""
+        """Commit every buffered row now, and publish every committed batch. Raises what the
+        disk (or the object store) said if it cannot; the rows stay buffered (the batches
+        queued for publishing) for the next try."""
         with self._lock:
             self._flush_locked()
+            if self.publisher is not None:
+                self.publisher.publish([])  # what earlier commits could not publish
 
     def buffered(self, dataset: str) -> list[Row]:
         """The rows of `dataset` recorded but not committed yet."""

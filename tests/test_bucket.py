@@ -164,7 +164,8 @@ def test_a_node_numbers_its_batches_past_what_the_bucket_holds_and_retries_in_or
     real_upload = Bucket.upload
     monkeypatch.setattr(Bucket, "upload", lambda *_: (_ for _ in ()).throw(OSError("503")))
     writer.record({"discovered": [{"url": "u1"}], "fetches": [{"url": "u1"}]})
-    writer.flush()  # committed locally; its publish failed and waits
+    with pytest.raises(OSError):  # committed locally; its publish failed and waits
+        writer.flush()
     monkeypatch.setattr(Bucket, "upload", real_upload)
     writer.record({"discovered": [{"url": "u2"}], "fetches": [{"url": "u2"}]})
     writer.flush()
