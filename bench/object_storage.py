@@ -94,6 +94,7 @@ def main() -> None:
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
+            "COLUMNS": "200",  # the demo's coverage line on one line, to be read back
             "PREFECT_HOME": str(Path(tmp) / "prefect-home"),
             "AWS_ENDPOINT_URL": f"http://{host}:{port}",
             "AWS_ACCESS_KEY_ID": "bench",
