@@ -33,7 +33,9 @@ settings.load_profile("deterministic")
 
 
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(s3_server):
+    """`s3_server` first: Ray's workers (the crawler nodes) take the environment of the
+    process that starts Ray, and must find the S3 server where the tests' crawls do."""
     import ray
 
     from runtime.ray_backend import LOCAL_RAY
