@@ -58,6 +58,12 @@ class OutputSettings(Section):
     resume_quiet_s: float = Field(
         5.0, ge=0, description="a resumed crawl waits until its directory is this long unchanged"
     )
+    staging_dir: str = Field(
+        "",
+        description="with --out in object storage (s3://, gs://...): the local directory each "
+        "machine writes batches in before it publishes them; empty: "
+        "$XDG_CACHE_HOME/crawlflow/staging (~/.cache/crawlflow/staging)",
+    )
 
 
 class PlanSettings(Section):

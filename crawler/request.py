@@ -57,7 +57,9 @@ class CrawlRequest(BaseModel):
         description="crawler nodes; None: as many as the allocation plan",
     )
     out_dir: str = Field(
-        default="crawl-out", description="output root; the crawl writes out_dir/crawl_id"
+        default="crawl-out",
+        description="output root: a directory, or object storage (s3://BUCKET/PREFIX, gs://...); "
+        "the crawl writes out_dir/crawl_id",
     )
     crawl_id: str | None = Field(
         default=None, description="None: a new crawl; an earlier crawl's id resumes it"

@@ -39,6 +39,9 @@ class UserError(Exception):
     """A mistake in what the user asked for; shown as one line, exit code 2."""
 
 
+_DIRECTORY_HELP = "A crawl directory or the output root (or its s3://, gs://... URI)."
+
+
 class CrawlInterrupted(Exception):
     """Ctrl-C or SIGTERM during a crawl; the message says how to resume it."""
 
@@ -78,7 +81,13 @@ def crawl(
         int | None,
         typer.Option(min=1, max=256, help="Crawler nodes (Ray actors); default: the plan's."),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output root directory.")] = Path("crawl-out"),
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            help="Output root: a directory, or object storage (s3://BUCKET/PREFIX, gs://...).",
+        ),
+    ] = "crawl-out",
     crawl_id: Annotated[str | None, typer.Option(help="Crawl id (default: a new one).")] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="TOML or JSON settings file.")
@@ -127,6 +136,7 @@ def crawl(
     from crawler.request import crawl_request
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
+    from storage.bucket import is_remote, local_root, readable
     from storage.lock import crawl_lock
     from storage.manifest import new_crawl_id
 
@@ -149,7 +159,7 @@ def crawl(
             "allow": allow or [],
             "allow_private": allow_private,
             "nodes": nodes,
-            "out_dir": str(out),
+            "out_dir": out.rstrip("/") if is_remote(out) else str(Path(out)),
             # Chosen here, not by the flow, so that an interrupted command can name it.
             "crawl_id": crawl_id,
             "since": since,
@@ -161,10 +171,11 @@ def crawl(
     try:
         # Taken before Prefect and Ray start: a second command of this crawl id refuses at
         # once; the flow holds it on in this process (storage/lock.py).
-        with crawl_lock(Path(request.out_dir) / crawl_id):
+        work_dir = local_root(request.out_dir, request.config.output.staging_dir)
+        with crawl_lock(work_dir / crawl_id):
             summary = run_crawl(request)
     except AlertsRaised as exc:
-        print_report(Path(exc.summary["out_dir"]), exc.summary)
+        print_report(readable(exc.summary["out_dir"]), exc.summary)
         raise
     except _crawl_failed() as exc:
         raise type(exc)(
@@ -176,7 +187,7 @@ def crawl(
             f"interrupted; what was committed is kept: run again with --crawl-id "
             f"{request.crawl_id} (and --out {out}) to resume"
         ) from None
-    print_report(Path(summary["out_dir"]), summary)
+    print_report(readable(summary["out_dir"]), summary)
 
 
 def check_before_start(request: CrawlRequest) -> None:
@@ -185,6 +196,7 @@ def check_before_start(request: CrawlRequest) -> None:
     seed file, the --allow entries, that some seed is usable, that --out can be written, and
     the earlier crawl --since names. Each problem is a one-line error."""
     from crawler.scope.seeds import check_seeds
+    from storage.bucket import check_bucket, is_remote
     from storage.files import prepare_output_root
 
     check_seeds(
@@ -194,6 +206,9 @@ def check_before_start(request: CrawlRequest) -> None:
         request.allow_private,
         request.config.fetch.resolve,
     )
+    if is_remote(request.out_dir):
+        check_bucket(request.out_dir, request.since)
+        return
     out = Path(request.out_dir)
     prepare_output_root(out)
     if request.since is not None:
@@ -203,16 +218,21 @@ def check_before_start(request: CrawlRequest) -> None:
 
 
 @app.command()
-def report(directory: Annotated[Path, typer.Argument(help="A crawl's output directory.")]) -> None:
+def report(
+    directory: Annotated[
+        str, typer.Argument(help="A crawl's output directory (or its s3://, gs://... URI).")
+    ],
+) -> None:
     """Print the summary of the crawl output in DIRECTORY."""
     from crawlflow.summary import print_report
+    from storage.bucket import readable
 
-    print_report(directory, {"out_dir": str(directory)})
+    print_report(readable(directory, required=True), {"out_dir": directory})
 
 
 @app.command()
 def sql(
-    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    directory: Annotated[str, typer.Argument(help=_DIRECTORY_HELP)],
     query: Annotated[
         str,
         typer.Argument(help="SQL over the views fetches, pages, extracts, discovered, metrics."),
@@ -232,6 +252,7 @@ def sql(
     import duckdb
 
     from crawlflow.sqlout import FORMATS, write_result
+    from storage.bucket import readable
     from storage.views import connect
 
     if not query.strip():
@@ -240,7 +261,7 @@ def sql(
         raise UserError(f"--format {output_format}: not one of {', '.join(FORMATS)}")
     if output_format == "parquet" and output is None:
         raise UserError("--format parquet needs --output FILE")
-    con = connect(directory)
+    con = connect(readable(directory, required=True))
     try:
         rows = write_result(con, query, output_format, output)
     except duckdb.Error as exc:
@@ -252,28 +273,34 @@ def sql(
 
 @app.command()
 def views(
-    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    directory: Annotated[str, typer.Argument(help=_DIRECTORY_HELP)],
 ) -> None:
     """Print the CREATE VIEW statements of the views `sql` queries, for the DuckDB CLI or a
     notebook: `crawlflow views DIR | duckdb`, or `duckdb -init views.sql`."""
+    from storage.bucket import readable
     from storage.views import view_statements
 
-    for statement in view_statements(directory):
+    for statement in view_statements(readable(directory, required=True)):
         print(statement)
 
 
 @app.command("warc-get")
 def warc_get(
-    directory: Annotated[Path, typer.Argument(help="A crawl directory or the output root.")],
+    directory: Annotated[str, typer.Argument(help=_DIRECTORY_HELP)],
     url: Annotated[str, typer.Argument(help="The URL whose newest WARC record to print.")],
 ) -> None:
     """Print the newest WARC record of URL (headers and payload), found through `fetches`."""
+    from storage.bucket import is_remote, readable, remote_record
     from storage.views import connect
     from storage.warc import RecordNotFound, locate_record, read_record
 
-    con = connect(directory)
+    local = readable(directory, required=True)
+    con = connect(local)
     try:
-        record = read_record(*locate_record(con, directory, url))
+        if is_remote(directory):
+            record = remote_record(con, directory, local, url)
+        else:
+            record = read_record(*locate_record(con, local, url))
     except RecordNotFound as exc:
         raise UserError(str(exc)) from None
     sys.stdout.buffer.write(record)
@@ -318,11 +345,14 @@ def demo(
     hosts: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     pages: Annotated[int, typer.Option(min=1)] = 2000,
     nodes: Annotated[int, typer.Option(min=1, max=64)] = 2,
-    out: Annotated[Path, typer.Option("--out")] = Path("crawl-out"),
+    out: Annotated[str, typer.Option("--out")] = "crawl-out",
 ) -> None:
     """Serve the bundled synthetic web, crawl it through the flow, report and check coverage."""
     from crawlflow.demo import run_demo
+    from storage.bucket import check_bucket, is_remote
 
+    if is_remote(out):
+        check_bucket(out, None)
     run_demo(hosts=hosts, pages=pages, nodes=nodes, out_dir=out)
 
 
@@ -331,6 +361,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from crawler.config import ConfigError
     from crawler.scheduling.recrawl import RecrawlError
     from crawler.scope.seeds import SeedError
+    from storage.bucket import BucketError
     from storage.files import OutputRootError
     from storage.lock import CrawlLocked
     from storage.views import OutputNotFound, OutputUnreadable
@@ -342,6 +373,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         OutputNotFound,
         OutputUnreadable,
         OutputRootError,
+        BucketError,
         InstanceError,
         RecrawlError,
         CrawlLocked,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,11 +16,12 @@ from rich.console import Console
 from crawler.request import CrawlRequest
 from crawlflow.boot import crawl_runtime, run_crawl
 from crawlflow.summary import print_report
+from storage.bucket import readable
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
 
 
-def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any]:
+def run_demo(hosts: int, pages: int, nodes: int, out_dir: str) -> dict[str, Any]:
     console = Console()
     # Hidden rate limits of 30-90 requests/s keep the politeness bound of the demo web (its
     # biggest server's pages over that server's limit) under 20 s.
@@ -39,11 +39,11 @@ def run_demo(hosts: int, pages: int, nodes: int, out_dir: Path) -> dict[str, Any
                     allow=sim.servers,
                     allow_private=True,  # the synthetic web lives on loopback
                     nodes=nodes,
-                    out_dir=str(out_dir),
+                    out_dir=out_dir,
                 )
             )
             expected = sim.reachable_allowed_urls()
-    crawl_dir = Path(summary["out_dir"])
+    crawl_dir = readable(summary["out_dir"])
     print_report(crawl_dir, summary)
     result = coverage(crawl_dir, expected)
     console.print(

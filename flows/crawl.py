@@ -14,15 +14,16 @@ from crawler.alerts import AlertsRaised
 from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
+from storage.bucket import is_remote, local_root, readable
 from storage.lock import crawl_lock
 from storage.manifest import new_crawl_id
 from tasks.allocate import allocate_nodes
-from tasks.collect import collect_output
+from tasks.collect import collect_output, gather_output, publish_manifest, publish_output
 from tasks.crawl import drive_crawl
 from tasks.launch import close_nodes, launch_nodes, require_committed
 from tasks.recrawl import plan_recrawl
 from tasks.report import report_crawl, seed_figures
-from tasks.resume import read_checkpoint
+from tasks.resume import read_checkpoint, restore_output
 from tasks.scope import scope_crawl, write_rejected_seeds
 
 T = TypeVar("T")
@@ -61,18 +62,28 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     out_dir, settings = request.out_dir, request.config
     max_pages = settings.limits.max_pages
     scope = scope_crawl(request)
+    # Object storage output (storage/bucket.py): the crawl is written in this machine's
+    # staging directory `work_dir` and published to the bucket `out_dir`; the earlier crawls
+    # are read from a local mirror of the bucket, `history`.
+    remote = is_remote(out_dir)
+    work_dir = str(local_root(out_dir, settings.output.staging_dir))
+    history = str(readable(out_dir)) if remote else out_dir
     # One run per crawl directory, from the manifest through compaction (storage/lock.py).
-    with crawl_lock(Path(out_dir) / crawl_id):
-        revisits = plan_recrawl(out_dir, crawl_id, scope.hosts, request.since, request.incremental)
+    with crawl_lock(Path(work_dir) / crawl_id):
+        revisits = plan_recrawl(history, crawl_id, scope.hosts, request.since, request.incremental)
         start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
         depths = start_depths(scope.seeds, revisits)
         quiet_s = settings.output.resume_quiet_s
+        if remote:
+            publish_manifest(out_dir, crawl_id, history)
+            restore_output(out_dir, crawl_id, work_dir, quiet_s)
+            quiet_s = 0.0  # the bucket was quiet; the restore itself just wrote the directory
         # The seeds and what holds them (100,000 URLs and more) go to the tasks `as_is`:
         # Prefect would otherwise walk every item at each call, looking for futures.
-        checkpoint = read_checkpoint(out_dir, crawl_id, as_is(start), quiet_s, as_is(depths))
+        checkpoint = read_checkpoint(work_dir, crawl_id, as_is(start), quiet_s, as_is(depths))
         # After the checkpoint: a new crawl's directory must not exist before it looks.
-        write_rejected_seeds(Path(out_dir) / crawl_id, scope)
-        specs = allocate_nodes(as_is(scope), request.nodes, out_dir, crawl_id, settings)
+        write_rejected_seeds(Path(work_dir) / crawl_id, scope)
+        specs = allocate_nodes(as_is(scope), request.nodes, work_dir, crawl_id, settings, history)
         fleet = launch_nodes(
             as_is(
                 FleetPlan(
@@ -92,9 +103,19 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
         finally:
             statuses = close_nodes(fleet)
         require_committed(statuses)
-        collect_output(out_dir, crawl_id, settings.output.warc_file_bytes)
+        if remote:
+            gather_output(out_dir, crawl_id, work_dir)
+        collect_output(work_dir, crawl_id, settings.output.warc_file_bytes)
         # Nodes used (planned, added, lost) beside the crawl's own summary.
-        report = report_crawl(out_dir, crawl_id, seed_figures(scope), settings.alerts)
+        report = report_crawl(
+            work_dir,
+            crawl_id,
+            seed_figures(scope),
+            settings.alerts,
+            published_to=out_dir if remote else None,
+        )
+        if remote:
+            publish_output(out_dir, crawl_id, work_dir)
         summary = {**report, "nodes": usage}
     if summary["alerts"]:
         raise AlertsRaised(summary["alerts"], summary)

@@ -355,9 +355,9 @@ class RecordNotFound(LookupError):
     """No WARC record of that URL in the crawl output."""
 
 
-def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
-    """The WARC file, offset and length of the newest record of `url` in the `fetches` view of
-    `con` (over `directory`, a crawl directory or the output root)."""
+def newest_record(con: Any, directory: str | Path, url: str) -> tuple[str, str, int, int]:
+    """The crawl id, WARC file name (`warc/<name>`), offset and length of the newest record of
+    `url` in the `fetches` view of `con` (over `directory`, as the user named it)."""
     import duckdb
 
     try:
@@ -371,6 +371,18 @@ def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
     if not rows:
         raise RecordNotFound(f"no WARC record of {url} under {directory}")
     crawl_id, filename, offset, length = rows[0]
+    return str(crawl_id), str(filename), offset, length
+
+
+def check_place(url: str, filename: str, offset: int, length: int) -> None:
+    if offset < 0 or not 0 < length <= MAX_RECORD_BYTES:
+        raise RecordNotFound(f"the WARC record of {url} has no valid place in {filename}")
+
+
+def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
+    """The WARC file, offset and length of the newest record of `url` in the `fetches` view of
+    `con` (over `directory`, a crawl directory or the output root)."""
+    crawl_id, filename, offset, length = newest_record(con, directory, url)
     # The row names a file of its own crawl's warc/ directory, never one elsewhere (a row is
     # data, and an output directory may come from anywhere).
     crawl_dir = directory if (directory / filename).exists() else directory / str(crawl_id)
@@ -379,18 +391,26 @@ def locate_record(con: Any, directory: Path, url: str) -> tuple[Path, int, int]:
         raise RecordNotFound(f"the WARC file {filename!r} of crawl {crawl_id} is not its own")
     if not path.is_file():
         raise RecordNotFound(f"the WARC file {filename} of crawl {crawl_id} is missing")
-    if offset < 0 or not 0 < length <= MAX_RECORD_BYTES:
-        raise RecordNotFound(f"the WARC record of {url} has no valid place in {filename}")
+    check_place(url, filename, offset, length)
     return path, offset, length
 
 
 def read_record(path: Path, offset: int, length: int) -> bytes:
     """One record, uncompressed: WARC headers, HTTP headers and payload as stored. Raises
     RecordNotFound when the file cannot give it (damaged, truncated, or not where it was)."""
+    where = f"{path}:{offset} (+{length})"
     try:
         with open(path, "rb") as file:
             file.seek(offset)
             member = file.read(length)
+    except OSError as exc:
+        raise RecordNotFound(f"the WARC record at {where} cannot be read: {exc}") from None
+    return decompress_record(member, length, where)
+
+
+def decompress_record(member: bytes, length: int, where: str) -> bytes:
+    """A record's gzip member, read as `length` bytes at `where` (for the error), uncompressed."""
+    try:
         if len(member) < length:
             raise EOFError("the file ends before the record does")
         # One gzip member, decompressed up to a bound: a record never holds more than a body
@@ -400,7 +420,5 @@ def read_record(path: Path, offset: int, length: int) -> bytes:
         if decompressor.unconsumed_tail:
             raise EOFError(f"the record decompresses to more than {MAX_RECORD_BYTES} bytes")
         return record
-    except (OSError, EOFError, zlib.error) as exc:
-        raise RecordNotFound(
-            f"the WARC record at {path}:{offset} (+{length}) cannot be read: {exc}"
-        ) from None
+    except (EOFError, zlib.error) as exc:
+        raise RecordNotFound(f"the WARC record at {where} cannot be read: {exc}") from None

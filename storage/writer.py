@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,6 +73,17 @@ FLUSH_ATTEMPTS = 3
 WARC_BATCH_BYTES = 64 << 20
 
 logger = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """Where committed batches go besides the local disk: object storage
+    (`storage.bucket.BatchPublisher`)."""
+
+    def last_sequence(self, directories: list[Path], prefix: str) -> int:
+        """The highest batch number of `prefix` already published in these directories."""
+
+    def publish(self, files: list[Path]) -> None:
+        """Publish a committed batch's files, in commit order (the commit file last)."""
 
 
 class OutputFailed(RuntimeError):
@@ -126,9 +137,14 @@ class ParquetDatasetWriter:
         prefix: str,
         batch_rows: int,
         interval_s: float,
+        publisher: Publisher | None = None,
     ) -> None:
         self._group = CommitGroupWriter(
-            {directory.name: (directory, schema)}, prefix, batch_rows, interval_s
+            {directory.name: (directory, schema)},
+            prefix,
+            batch_rows,
+            interval_s,
+            publisher=publisher,
         )
         self._name = directory.name
 
@@ -154,8 +170,10 @@ class CommitGroupWriter:
         batch_rows: int,
         interval_s: float,
         archive: WarcBatchWriter | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         self.datasets = datasets
+        self.publisher = publisher
         self.commit_dataset = list(datasets)[-1]
         self.archive = archive
         self.prefix = prefix
@@ -180,6 +198,10 @@ class CommitGroupWriter:
         for parent in dict.fromkeys(directory.parent for directory in directories):
             sync(parent)
         self._sequence = next_free_sequence(directories, prefix)
+        if publisher is not None:
+            # Past every number published too: a staging directory on another machine, or a
+            # fresh one, must never write an object name twice.
+            self._sequence = max(self._sequence, publisher.last_sequence(directories, prefix) + 1)
 
     def record(self, rows: Mapping[str, Sequence[Row]], exchange: Exchange | None = None) -> None:
         """Buffer rows that belong together (they commit in one batch), and commit the batch
@@ -219,10 +241,13 @@ class CommitGroupWriter:
                     )
 
     def flush(self) -> None:
-        """Commit every buffered row now. Raises what the disk said if it cannot; the rows
-        stay buffered for the next try."""
+        """Commit every buffered row now, and publish every committed batch. Raises what the
+        disk (or the object store) said if it cannot; the rows stay buffered (the batches
+        queued for publishing) for the next try."""
         with self._lock:
             self._flush_locked()
+            if self.publisher is not None:
+                self.publisher.publish([])  # what earlier commits could not publish
 
     def buffered(self, dataset: str) -> list[Row]:
         """The rows of `dataset` recorded but not committed yet."""
@@ -279,6 +304,7 @@ class CommitGroupWriter:
             remove_quietly(written)
             raise
         # Committed: whatever fails from here on, these rows must not be written again.
+        published = [path for path in written if not path.name.endswith(".tmp")]
         self.rows_written += sum(len(rows) for rows in self._rows.values())
         self._rows = {name: [] for name in self.datasets}
         self._archived, self._archived_bytes = [], 0
@@ -288,6 +314,16 @@ class CommitGroupWriter:
             # Not a failed flush: the batch is committed (a power cut now could take the
             # rename back, and resume would fetch the batch again, which loses nothing).
             logger.warning("%s: batch %s committed, its directory not synced", self.prefix, batch)
+        if self.publisher is not None:
+            try:
+                self.publisher.publish(published)
+            except Exception:
+                # Committed here, not yet where it is published: tried again with the next
+                # batch (and the crawl's end publishes the whole staging directory). A kill
+                # before then leaves it uncommitted there, and the resume fetches it again.
+                logger.warning(
+                    "%s: batch %s committed, not yet published", self.prefix, batch, exc_info=True
+                )
 
 
 def discard_uncommitted(crawl_dir: Path, prefix: str = "") -> list[Path]:

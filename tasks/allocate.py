@@ -128,9 +128,12 @@ def allocate_nodes(
     out_dir: str,
     crawl_id: str,
     config: CrawlConfig,
+    history_dir: str | None = None,
 ) -> list[NodeSpec]:
+    """`history_dir`: where the earlier crawls are read (default `out_dir`; a local mirror for
+    object storage output, `out_dir` then being the staging directory)."""
     logger = get_run_logger()
-    host_pages, page_kb = expected_host_pages(scope, out_dir, crawl_id, config)
+    host_pages, page_kb = expected_host_pages(scope, history_dir or out_dir, crawl_id, config)
     cpus = os.cpu_count() or 1
     node_types = local_node_types(cpus=nodes or cpus, memory_gb=machine_memory_gb())
     decision = plan_crawl(

@@ -4,6 +4,7 @@ behind its deadline) with crawler.cluster.coordinator until the crawl is done.""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from typing import Any
@@ -20,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from crawler.cluster.coordinator import CrawlFailed, Progress
 from crawler.cluster.recovery import OutputRecovery
 from runtime.fleet import Fleet
+from storage.bucket import Bucket, gather, is_remote, local_root
 from storage.checkpoint import Checkpoint
 
 # Seconds between the driver's looks at the nodes and the exchange (see drive_crawl).
@@ -43,9 +45,20 @@ def drive_crawl(
     ).start()
     logger = get_run_logger()
     config = fleet.plan.config
-    crawl_dir, max_pages = fleet.plan.crawl_dir, config.limits.max_pages
+    max_pages = config.limits.max_pages
+    location, crawl_id = fleet.plan.out_dir, fleet.plan.crawl_id
+    # Object storage output: this machine's staging directory, where a takeover first brings
+    # what the nodes of other machines published.
+    crawl_dir = local_root(location, config.output.staging_dir) / crawl_id
+    gather_published = (
+        functools.partial(gather, Bucket(location), crawl_id, crawl_dir)
+        if is_remote(location)
+        else None
+    )
     coordinator = fleet.coordinator(
-        recover=OutputRecovery(crawl_dir, seeds, set(checkpoint.admitted), depths)
+        recover=OutputRecovery(
+            crawl_dir, seeds, set(checkpoint.admitted), depths, gather=gather_published
+        )
     )
     if checkpoint.empty:
         coordinator.seed(seeds, depths)
@@ -83,8 +96,8 @@ def drive_crawl(
         )
     except CrawlFailed as exc:
         raise CrawlFailed(
-            f"{exc}. What was committed is kept in {crawl_dir}:"
-            f" run again with --crawl-id {crawl_dir.name} to resume"
+            f"{exc}. What was committed is kept in {location}/{crawl_id}:"
+            f" run again with --crawl-id {crawl_id} to resume"
         ) from exc
     update_progress_artifact(artifact_id, progress=100.0)
     usage = coordinator.report()
@@ -97,7 +110,7 @@ def drive_crawl(
             " --crawl-id %s to go on",
             config.limits.deadline_s,
             coordinator.left_at_deadline,
-            crawl_dir.name,
+            crawl_id,
         )
     create_table_artifact(
         usage["nodes"], key="crawl-nodes", description="crawler nodes: planned, added, lost"

@@ -42,17 +42,20 @@ def report_crawl(
     crawl_id: str,
     seeds: dict[str, Any] | None = None,
     alerts: AlertSettings | None = None,
+    published_to: str | None = None,
 ) -> dict[str, Any]:
     """The summary; `seeds`: `seed_figures` of the crawl's scope; `alerts`: the thresholds
-    whose crossing the summary's `alerts` lists (none: the defaults)."""
+    whose crossing the summary's `alerts` lists (none: the defaults); `published_to`: the
+    output root in object storage `out_dir` (a staging directory) is published to."""
     crawl_dir = Path(out_dir) / crawl_id
+    shown = f"{published_to}/{crawl_id}" if published_to else str(crawl_dir.resolve())
     con = connect(crawl_dir)
     summary = crawl_summary(con)
     health = crawl_health(con)
     refused = {**scope_refusals(con), **urls_per_error_class(con)}
     raised = crossed(alerts or AlertSettings(), {**summary, **health})
     hosts = per_host(con)
-    lines = [f"# Crawl `{crawl_id}`", "", f"Output: `{crawl_dir.resolve()}`", ""]
+    lines = [f"# Crawl `{crawl_id}`", "", f"Output: `{shown}`", ""]
     lines += [f"**Failed:** {alert}" for alert in raised] + ([""] if raised else [])
     lines += ["| measure | value |", "| --- | --- |"]
     lines += [f"| {key} | {value} |" for key, value in {**summary, **(seeds or {})}.items()]
@@ -64,11 +67,11 @@ def report_crawl(
     plot = plot_host_rates(con, crawl_dir / "host_rates.png")
     return {
         "crawl_id": crawl_id,
-        "out_dir": str(crawl_dir),
+        "out_dir": shown if published_to else str(crawl_dir),
         **summary,
         **(seeds or {}),
         **health,
         "refused": refused,
         "alerts": raised,
-        "plot": str(plot),
+        "plot": f"{shown}/{plot.name}" if published_to else str(plot),
     }

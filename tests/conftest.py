@@ -7,6 +7,8 @@ from runtime.environment import confine_to_loopback
 
 confine_to_loopback()  # before Prefect and Ray are imported
 
+import logging  # noqa: E402
+import os  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from unittest import mock  # noqa: E402
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from websim.sim import WebSim  # noqa: E402
 
 # A test that uses one of these is an integration test, whatever its module says.
-INTEGRATION_FIXTURES = {"ray_session", "prefect_api"}
+INTEGRATION_FIXTURES = {"ray_session", "prefect_api", "s3_server"}
 
 # Property tests draw the same examples on every run, and no clock decides whether they pass.
 settings.register_profile(
@@ -31,7 +33,9 @@ settings.load_profile("deterministic")
 
 
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(s3_server):
+    """`s3_server` first: Ray's workers (the crawler nodes) take the environment of the
+    process that starts Ray, and must find the S3 server where the tests' crawls do."""
     import ray
 
     from runtime.ray_backend import LOCAL_RAY
@@ -47,6 +51,40 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=60):
         yield
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """An S3 API on loopback (moto's server) with a bucket `crawls`, and this process's
+    environment pointed at it as a user's would be (AWS_ENDPOINT_URL, keys, region); the
+    processes a test starts inherit it. Yields the environment it set."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    environment = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        # No credentials lookup off loopback (the instance metadata service).
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # Staging directories and read mirrors of buckets, per test session.
+        "XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache")),
+    }
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    boto3.client("s3").create_bucket(Bucket="crawls")
+    yield environment
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    server.stop()
 
 
 @pytest.fixture

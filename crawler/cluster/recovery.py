@@ -20,7 +20,7 @@ and skipped here, never read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,16 +56,21 @@ class OutputRecovery:
         seeds: list[str],
         admitted_before: set[str] | None = None,
         depths: Mapping[str, int] | None = None,
+        gather: Callable[[], None] | None = None,
     ) -> None:
         """`admitted_before`: the URLs a resumed crawl's earlier runs admitted (its checkpoint):
-        their budget was spent before this run, by nodes whose ids this run reuses."""
+        their budget was spent before this run, by nodes whose ids this run reuses. `gather`:
+        brings into `crawl_dir` what nodes of other machines published (object storage)."""
         self.crawl_dir = crawl_dir
+        self.gather = gather
         self.seeds = seeds
         self.depths = depths or {}
         self.admitted_before = admitted_before or set()
 
     def __call__(self, node_id: str, hosts: list[str]) -> Recovered:
         """What the dead `node_id`, owner of `hosts`, leaves to the others."""
+        if self.gather is not None:
+            self.gather()
         discard_uncommitted(self.crawl_dir, prefix=f"{node_id}-")
         committed = [path for paths in committed_batches(self.crawl_dir) for path in paths]
         fetch_files = [literal(p) for p in committed if p.parent.name == COMMITTED_DATASETS[-1]]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from crawler.cluster.peerlink import PeerLink
 from crawler.cluster.status import NodeStatus
@@ -32,6 +31,7 @@ from crawler.scheduling.server import Item, ServerState
 from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.limits import counts_of
 from crawler.scope.urls import server_of
+from storage.bucket import local_root, node_publisher
 from storage.writer import OutputFailed
 
 logger = logging.getLogger(__name__)
@@ -45,14 +45,18 @@ class CrawlerNode:
         self.node_id = settings.node_id
         self.core = core = NodeCore(settings)
         self._link = link
-        crawl_dir = Path(settings.out_dir) / settings.crawl_id
-        self.recorder = Recorder(core, crawl_dir)
+        # Object storage output: written to this machine's staging directory, each committed
+        # batch published from there (storage/bucket.py).
+        output = settings.config.output
+        crawl_dir = local_root(settings.out_dir, output.staging_dir) / settings.crawl_id
+        publisher = node_publisher(settings.out_dir, crawl_dir)
+        self.recorder = Recorder(core, crawl_dir, publisher)
         self.discovery = Discovery(core, link, self.recorder)
         self.handover = Handover(core, link.settings.heartbeat_s, self._ensure_workers)
         self.loop = FetchLoop(
             core, self.recorder, self.discovery, self.handover, settings.allow_private
         )
-        self._metrics = NodeMetrics(core, crawl_dir, link)
+        self._metrics = NodeMetrics(core, crawl_dir, link, publisher)
         self._started = False  # no fetching before start(): the coordinator seeds or restores first
         self._connections = 0  # worker threads started
         self._threads: list[threading.Thread] = []

@@ -11,11 +11,17 @@ from pathlib import Path
 from crawler.cluster.peerlink import PeerLink
 from crawler.node.core import NodeCore
 from storage.schema import METRICS, MetricRow
-from storage.writer import ParquetDatasetWriter
+from storage.writer import ParquetDatasetWriter, Publisher
 
 
 class NodeMetrics:
-    def __init__(self, core: NodeCore, crawl_dir: Path, link: PeerLink) -> None:
+    def __init__(
+        self,
+        core: NodeCore,
+        crawl_dir: Path,
+        link: PeerLink,
+        publisher: Publisher | None = None,
+    ) -> None:
         self._core = core
         self._link = link
         config = core.config
@@ -25,6 +31,7 @@ class NodeMetrics:
             prefix=core.node_id,
             batch_rows=config.output.write_batch_rows,
             interval_s=config.output.write_interval_s,
+            publisher=publisher,
         )
 
     def tick(self) -> None:

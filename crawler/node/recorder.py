@@ -29,13 +29,14 @@ from storage.schema import (
     PageRow,
 )
 from storage.warc import WarcBatchWriter
-from storage.writer import CommitGroupWriter
+from storage.writer import CommitGroupWriter, Publisher
 
 
 class Recorder:
     """Counts what it writes in the node's `fetches` counter."""
 
-    def __init__(self, core: NodeCore, crawl_dir: Path) -> None:
+    def __init__(self, core: NodeCore, crawl_dir: Path, publisher: Publisher | None = None) -> None:
+        """`publisher`: where committed batches go besides `crawl_dir` (object storage)."""
         self._core = core
         self.node_id = node_id = core.node_id
         self.crawl_id = core.crawl_id
@@ -52,6 +53,7 @@ class Recorder:
             batch_rows=config.output.write_batch_rows,
             interval_s=config.output.write_interval_s,
             archive=WarcBatchWriter(crawl_dir) if config.output.warc else None,
+            publisher=publisher,
         )
 
     def fetch(
