@@ -53,7 +53,7 @@ def out(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def slow_web() -> Iterator[WebSim]:
     # Hidden limits of about 10 requests/s per server: the crawl lasts long enough to lose a
     # raylet in the middle of it.
-    spec = WebSpec(hosts=4, pages=240, seed=5, rate_limit_rps=(10.0, 15.0), latency_ms=(1, 3))
+    spec = WebSpec(hosts=4, pages=160, seed=5, rate_limit_rps=(10.0, 15.0), latency_ms=(1, 3))
     with WebSim(spec) as sim:
         yield sim
 
