@@ -40,6 +40,12 @@ class NodeRun(_Summary):
     lost: bool = Field(description="it died during the crawl; its servers were taken over")
     pages: int = Field(description="pages it stored")
     fetches: int = Field(description="HTTP requests it made")
+    ray_node_id: str | None = Field(
+        default=None, description="the Ray node (a cluster's machine) it ran on; None: no Ray"
+    )
+    ray_node_ip: str | None = Field(
+        default=None, description="that Ray node's address; None: no Ray"
+    )
 
 
 class NodeUsage(_Summary):
