@@ -45,7 +45,6 @@ import os
 import secrets
 import shutil
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage.compaction import finish_compaction
+from storage.files import wait_for_quiet
 from storage.lock import LOCK
 from storage.manifest import MANIFEST
 from storage.schema import COMMITTED_DATASETS
@@ -372,16 +372,14 @@ def _local_files(crawl_dir: Path) -> dict[str, Path]:
 def wait_until_quiet(bucket: Bucket, crawl_id: str, quiet_s: float, timeout_s: float) -> bool:
     """Wait until no object of the crawl has changed for `quiet_s` seconds (the nodes of a
     killed run may still publish a batch); False if it still changed after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        listing = bucket.listing(crawl_id)
-        newest = max((e.mtime for k, e in listing.items() if not k.endswith(MANIFEST)), default=0)
-        idle = time.time() - newest
-        if idle >= quiet_s:
-            return True
-        if time.monotonic() + (quiet_s - idle) > deadline:
-            return False
-        time.sleep(quiet_s - idle)
+    return wait_for_quiet(
+        lambda: max(
+            (e.mtime for k, e in bucket.listing(crawl_id).items() if not k.endswith(MANIFEST)),
+            default=0.0,
+        ),
+        quiet_s,
+        timeout_s,
+    )
 
 
 def finish_journal(bucket: Bucket, crawl_id: str) -> None:

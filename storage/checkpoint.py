@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 
 from storage.compaction import finish_compaction
-from storage.files import parquet_files
+from storage.files import parquet_files, wait_for_quiet
 from storage.lock import LOCK
 from storage.manifest import MANIFEST
 from storage.outcomes import ADMITTED_SQL, NOT_LEFT_AT_DEADLINE, fold_fetch_rows
@@ -102,15 +102,11 @@ def wait_until_quiet(crawl_dir: Path, quiet_s: float, timeout_s: float) -> bool:
     `crawl.json`, written just before this step, and its lock are no sign of a running node: a
     new crawl does not wait.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        newest = max(
+    return wait_for_quiet(
+        lambda: max(
             (_changed_at(p) for p in crawl_dir.rglob("*") if p.name not in (MANIFEST, LOCK)),
             default=0.0,
-        )
-        idle = time.time() - newest
-        if idle >= quiet_s:
-            return True
-        if time.monotonic() + (quiet_s - idle) > deadline:
-            return False
-        time.sleep(quiet_s - idle)
+        ),
+        quiet_s,
+        timeout_s,
+    )

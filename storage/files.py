@@ -10,6 +10,8 @@ directory name is just a character of it.
 from __future__ import annotations
 
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 _GLOB_CHARACTERS = "*?["
@@ -43,3 +45,17 @@ def prepare_output_root(root: Path) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise OutputRootError(f"--out {root}: cannot write there ({reason})") from None
+
+
+def wait_for_quiet(newest_change: Callable[[], float], quiet_s: float, timeout_s: float) -> bool:
+    """Wait until `newest_change()` (a time.time()) is `quiet_s` seconds old; False if it was
+    still changing after `timeout_s`: a crawl directory or a bucket prefix that a killed run's
+    nodes may still write to (storage/checkpoint.py, storage/bucket.py)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        idle = time.time() - newest_change()
+        if idle >= quiet_s:
+            return True
+        if time.monotonic() + (quiet_s - idle) > deadline:
+            return False
+        time.sleep(quiet_s - idle)
