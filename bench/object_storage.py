@@ -4,9 +4,9 @@ Runs the real `crawlflow demo` (the bundled synthetic web: 20 servers, 2,000 pag
 would, alternately with `--out DIR` on local disk and `--out s3://crawls/demo` on an S3 API on
 loopback (moto's server, run inside this process, as the tests run it), and measures each
 whole command: its time from launch to exit, and the CPU time (user + system) of its process
-tree (the command, its Prefect server, Ray's processes and actors; Linux: read from /proc
-while they run, as bench.startup does). The S3 server's own CPU (this process's, less its
-/proc sampling) is given apart: on AWS it is not the user's machine that pays it, here it
+tree (the command, its Prefect server, Ray's processes and actors, daemons included:
+runtime.cpu_accounting's cgroup, as bench.startup counts it). The S3 server's own CPU (this
+process's) is given apart: on AWS it is not the user's machine that pays it, here it
 shares the same cores. The runs alternate so that a change of the machine's load falls on
 both; figures are the medians. Each command also prints the demo's coverage line, which must
 say the same for both.
@@ -27,13 +27,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import harness
-from bench.startup import CRAWLFLOW, PR_SET_CHILD_SUBREAPER, Run, TreeCpu, _watch_cpu
+from bench.startup import (
+    CRAWLFLOW,
+    DESCENDANTS_TIMEOUT_S,
+    PR_SET_CHILD_SUBREAPER,
+    Run,
+    _reap_zombies,
+)
+from runtime import cpu_accounting
 
 COVERAGE = re.compile(r"coverage vs ground truth: (\d+)/(\d+) .* duplicates = (\d+)")
 
@@ -45,23 +51,19 @@ def self_cpu_s() -> float:
 
 def run_demo(out: str, env: dict[str, str], hosts: int, pages: int) -> tuple[Run, float]:
     """One `crawlflow demo --out OUT` from launch to exit; and the CPU this process spent
-    meanwhile (the S3 server's, and the sampling's)."""
+    meanwhile (the S3 server's)."""
     run = Run()
     before = self_cpu_s()
     launched = time.monotonic()
     argv = [str(CRAWLFLOW), "demo", "--hosts", str(hosts), "--pages", str(pages), "--out", out]
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    watch = threading.Thread(target=_watch_cpu, args=(TreeCpu(process.pid), process, run))
-    if sys.platform == "linux":
-        watch.start()
+    tree = cpu_accounting.TreeCpu("crawlflow-bench")
+    process = tree.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert process.stdout is not None
     run.output = [line.rstrip("\n") for line in process.stdout]
     run.returncode = process.wait()
     run.markers["exit"] = time.monotonic() - launched
-    if watch.is_alive():
-        watch.join()
+    count = tree.finish(DESCENDANTS_TIMEOUT_S, reap=_reap_zombies)
+    run.cpu_s, run.cpu_method = (count.cpu_s if count.complete else None), count.method
     return run, self_cpu_s() - before
 
 
@@ -137,7 +139,7 @@ def main() -> None:
     for key, label in (
         ("wall_s", "whole command, s"),
         ("tree_cpu_s", "CPU of the command's process tree, s"),
-        ("s3_server_cpu_s", "CPU of the S3 server (and the sampling), s"),
+        ("s3_server_cpu_s", "CPU of the S3 server (this process), s"),
     ):
         local, s3 = median("local", key), median("s3", key)
         summary[key] = {"local": local, "s3": s3}
