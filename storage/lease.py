@@ -56,6 +56,11 @@ class LeaseHeld(CrawlLocked):
     """Another run holds the crawl's lease in the bucket; the message names it."""
 
 
+class LeaseUnavailable(CrawlLocked):
+    """The lease cannot be taken for another reason than a holder (the store refused the
+    request, no credentials): the run does not start without it."""
+
+
 class LeaseLost(RuntimeError):
     """This run's lease was taken by another run (it had expired): it must commit nothing more."""
 
@@ -286,7 +291,15 @@ def crawl_lease(location: str, crawl_id: str, expiry_s: float) -> Iterator[Crawl
             yield lease
             return
     lease = CrawlLease(location, crawl_id, expiry_s)
-    lease.acquire()
+    try:
+        lease.acquire()
+    except CrawlLocked:
+        raise
+    except Exception as exc:  # whatever boto3 raises: a missing credential, a refusal, ...
+        reason = " ".join(str(exc).split())[:300]
+        raise LeaseUnavailable(
+            f"crawl {crawl_id} in {lease.location}: cannot take its lease ({reason})"
+        ) from None
     lease.start_heartbeat()
     token = _held.set((*held, lease))
     try:

@@ -23,6 +23,7 @@ import pytest
 
 from runtime.localcluster import LocalCluster, Raylet, raylet_ip
 from storage.bucket import Bucket, readable
+from storage.lease import CrawlLease
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
@@ -187,6 +188,8 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
     # The second machine's nodes staged their batches on its own disk (and the command read
     # them from the bucket).
     assert any((cluster.root / "worker-1-cache").rglob("fetches/node-*.parquet"))
+    # The run's lease on the crawl (storage/lease.py) went with it.
+    assert CrawlLease(out, "lost-raylet", 60.0).read() is None
     # What the bucket holds, read as `crawlflow sql` and `report` read it.
     crawl_dir = readable(bucket_crawl.uri, required=True)
     con = connect(crawl_dir)

@@ -14,7 +14,15 @@ import boto3
 import pytest
 
 from storage.bucket import BatchPublisher, Bucket, publish_crawl
-from storage.lease import LEASE, CrawlLease, LeaseFence, LeaseHeld, LeaseLost, crawl_lease
+from storage.lease import (
+    LEASE,
+    CrawlLease,
+    LeaseFence,
+    LeaseHeld,
+    LeaseLost,
+    LeaseUnavailable,
+    crawl_lease,
+)
 
 ROOT = "s3://crawls/leases"
 
@@ -41,6 +49,14 @@ def test_a_live_lease_refuses_a_second_run_naming_the_holder(s3_server):
     first.release()
     second.acquire()  # released: free again
     second.release()
+
+
+def test_a_lease_that_cannot_be_taken_says_why_in_one_line(s3_server):
+    refused = pytest.raises(
+        LeaseUnavailable, match="^crawl c in s3://no-such-bucket/x: cannot take"
+    )
+    with refused, crawl_lease("s3://no-such-bucket/x", "c", 60.0):
+        pytest.fail("ran without its lease")
 
 
 def test_the_lease_is_no_output(s3_server):
