@@ -171,7 +171,8 @@ def crawl(
     check_before_start(request)
     try:
         # Taken before Prefect and Ray start: a second command of this crawl id refuses at
-        # once; the flow holds it on in this process (storage/lock.py).
+        # once (on another machine too, through the lease in an S3 bucket); the flow holds
+        # both on in this process (storage/lock.py, storage/lease.py).
         output = request.config.output
         work_dir = local_root(request.out_dir, output.staging_dir)
         with (
