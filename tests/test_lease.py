@@ -159,3 +159,14 @@ def test_a_second_command_is_one_line_before_anything_starts(s3_server, capsys):
     )
     assert len(err.splitlines()) == 1
     holder.release()
+
+
+def test_the_endpoint_in_the_uri_reaches_the_lease_too(s3_server, monkeypatch):
+    """`?endpoint_override=` (pyarrow's option) is where the lease's client goes as well."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    endpoint = s3_server["AWS_ENDPOINT_URL"].removeprefix("http://")
+    lease = CrawlLease(f"{ROOT}?endpoint_override={endpoint}&scheme=http", "query", 60.0)
+    assert lease.location == ROOT
+    lease.acquire()
+    assert lease.read() is not None
+    lease.release()
