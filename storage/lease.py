@@ -110,7 +110,7 @@ _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 class CrawlLease:
     """The lease of crawl `crawl_id` under the output root `location` (an `s3://` URI)."""
 
-    def __init__(self, location: str, crawl_id: str, expiry_s: float, client: Any = None) -> None:
+    def __init__(self, location: str, crawl_id: str, expiry_s: float) -> None:
         parts = urlsplit(location)
         self.location = location.split("?", 1)[0].rstrip("/")
         self.crawl_id = crawl_id
@@ -118,7 +118,7 @@ class CrawlLease:
         self.bucket = parts.netloc
         prefix = parts.path.strip("/")
         self.key = f"{prefix}/{crawl_id}/{LEASE}" if prefix else f"{crawl_id}/{LEASE}"
-        self.client = client or _s3_client(location)
+        self.client = _s3_client(location)
         self.token = secrets.token_hex(16)
         self.holder = {
             "host": socket.gethostname(),
