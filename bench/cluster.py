@@ -20,7 +20,13 @@ the benchmark (the command's time leaves out starting one). A new cluster per cl
 lost raylet is not restarted); its start is timed apart. Ray's health checks are at their
 defaults.
 
-    .venv/bin/python -m bench.cluster [--quick] [--rounds N] [--json PATH]
+The crawls write to an S3 API on loopback (moto's server, run inside this process, as the
+tests run it): the raylets and the command find it through the AWS_* variables of the
+environment they start in, and the second raylet has a staging directory of its own, as a
+machine of its own would. `--local-disk` writes to a local directory instead (the runs
+recorded before 2026-11-27's S3 runs).
+
+    .venv/bin/python -m bench.cluster [--quick] [--rounds N] [--local-disk] [--json PATH]
 
 Goals (issue 32): pages are fetched by nodes on both raylets; after the loss, every page once.
 """
@@ -28,6 +34,7 @@ Goals (issue 32): pages are fetched by nodes on both raylets; after the loss, ev
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from bench import harness
 from runtime.localcluster import LocalCluster, Raylet, raylet_ip
+from storage.bucket import Bucket, is_remote, readable
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
@@ -59,10 +68,15 @@ PLACED = re.compile(r"crawler node (\S+) runs on Ray node \S+ \((\S+)\)")
 
 
 def run_crawl(
-    sim: WebSim, workdir: Path, env: dict[str, str], cluster: LocalCluster | None, lose: bool
+    sim: WebSim,
+    workdir: Path,
+    out: str,
+    env: dict[str, str],
+    cluster: LocalCluster | None,
+    lose: bool,
 ) -> dict[str, Any]:
-    """One `crawlflow crawl` of the web; with `lose`, the second raylet lost mid-crawl."""
-    out = workdir / "out"
+    """One `crawlflow crawl` of the web to `out`; with `lose`, the second raylet lost
+    mid-crawl."""
     log_path = workdir / "crawl.log"
     argv = [
         CRAWLFLOW,
@@ -84,7 +98,7 @@ def run_crawl(
     try:
         if lose:
             assert cluster is not None
-            lost_at = lose_second_raylet(cluster, crawl, log_path, out / "bench", started)
+            lost_at = lose_second_raylet(cluster, crawl, log_path, f"{out}/bench", started)
         code = crawl.wait(timeout=900)
     finally:
         if crawl.poll() is None:
@@ -96,7 +110,7 @@ def run_crawl(
         print(f"crawlflow crawl exited with {code}:\n{said[-1500:]}", flush=True)
         return {"failed": code, "total_s": round(total_s, 2), "last_lines": said[-1500:]}
     placed = dict(PLACED.findall(said))
-    crawl_dir = out / "bench"
+    crawl_dir = readable(f"{out}/bench")  # what the bucket holds, as `crawlflow sql` reads it
     con = connect(crawl_dir)
     by_node = dict(
         con.execute(
@@ -140,13 +154,31 @@ def now_of_day() -> float:
     return local.tm_hour * 3600 + local.tm_min * 60 + local.tm_sec + moment % 1
 
 
+def committed_rows(crawl: str, seen: dict[str, int]) -> dict[str, int]:
+    """Rows of each committed fetches file of `crawl` (a directory, or its URI in a bucket),
+    by file name; each file's count read once into `seen`."""
+    if is_remote(crawl):
+        bucket = Bucket(crawl)
+        for key in bucket.listing("fetches"):
+            if key not in seen:
+                with contextlib.suppress(OSError), bucket.fs.open_input_file(bucket.path(key)) as f:
+                    seen[key] = pq.ParquetFile(f).metadata.num_rows
+    else:
+        for path in (Path(crawl) / "fetches").glob("*.parquet"):
+            if str(path) not in seen:
+                with contextlib.suppress(OSError):  # renamed away meanwhile: counted next time
+                    seen[str(path)] = pq.read_metadata(path).num_rows
+    return {key.rsplit("/", 1)[-1]: rows for key, rows in seen.items()}
+
+
 def lose_second_raylet(
-    cluster: LocalCluster, crawl: subprocess.Popen[bytes], log: Path, crawl_dir: Path, t0: float
+    cluster: LocalCluster, crawl: subprocess.Popen[bytes], log: Path, crawl_dir: str, t0: float
 ) -> float | None:
     """Once the nodes have committed LOSS_AT of the pages, some on it, kill the second raylet's
     process group; returns when (seconds of the day, as the log stamps it), None if the crawl
     ended first."""
     worker = raylet_ip(1)
+    seen: dict[str, int] = {}
     while True:
         if crawl.poll() is not None:
             return None  # ended (or failed) before the loss: the run says so
@@ -154,11 +186,9 @@ def lose_second_raylet(
             raise SystemExit("no node of the second raylet committed enough in 10 min")
         nodes = [n for n, ip in PLACED.findall(log.read_text(errors="replace")) if ip == worker]
         committed = on_worker = 0
-        for path in (crawl_dir / "fetches").glob("*.parquet"):
-            with contextlib.suppress(OSError):  # renamed away meanwhile: counted next time
-                rows = pq.read_metadata(path).num_rows
-                committed += rows
-                on_worker += rows if path.name.rsplit("-", 1)[0] in nodes else 0
+        for name, rows in committed_rows(crawl_dir, seen).items():
+            committed += rows
+            on_worker += rows if name.rsplit("-", 1)[0] in nodes else 0
         if on_worker and committed >= LOSS_AT * WEB.pages:
             cluster.lose(cluster.raylets[1].name)
             return now_of_day()
@@ -168,6 +198,9 @@ def lose_second_raylet(
 def main() -> None:
     parser = harness.arguments(__doc__, quick="one round")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument(
+        "--local-disk", action="store_true", help="write to a local directory, not to S3"
+    )
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     bench_run = harness.start("cluster", args)
@@ -179,7 +212,10 @@ def main() -> None:
         WebSim(WEB) as sim,
         tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp,
         prefect_test_harness(server_startup_timeout=180),
+        contextlib.ExitStack() as servers,
     ):
+        if not args.local_disk:
+            servers.enter_context(s3_server(Path(tmp)))
         # One Prefect server for every run: a temporary one per command, on a loaded machine,
         # may not start within the command's minute; the figures compare Ray, not Prefect.
         prefect_api = {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
@@ -188,11 +224,15 @@ def main() -> None:
             for case in runs:  # interleaved: the machine's load moves between rounds
                 workdir = Path(tmp) / f"{round_index}-{case.replace(', ', '-')}"
                 workdir.mkdir()
+                out = str(workdir / "out") if args.local_disk else f"s3://crawls/{workdir.name}"
                 load = harness.load_average()
                 if case == "local":
-                    run = run_crawl(sim, workdir, {**os.environ, **prefect_api}, None, lose=False)
+                    env = {**os.environ, **prefect_api}
+                    run = run_crawl(sim, workdir, out, env, None, lose=False)
                 else:
-                    cluster = LocalCluster(workdir / "cluster", [Raylet("head"), Raylet("w1")])
+                    # The second "machine" stages its batches on a disk of its own.
+                    second = Raylet("w1", env={"XDG_CACHE_HOME": str(workdir / "w1-cache")})
+                    cluster = LocalCluster(workdir / "cluster", [Raylet("head"), second])
                     began = time.monotonic()
                     try:
                         cluster.start()
@@ -205,6 +245,7 @@ def main() -> None:
                         run = run_crawl(
                             sim,
                             workdir,
+                            out,
                             {**cluster.client_environment(), **prefect_api},
                             cluster,
                             lose=case.endswith("lost"),
@@ -263,12 +304,41 @@ def main() -> None:
     bench_run.write_json(
         {
             "web": {"hosts": WEB.hosts, "pages": WEB.pages},
+            "out": "local disk" if args.local_disk else "S3 (moto's server on loopback)",
             "runs": runs,
             "failed_runs": failed,
             "cluster_start_s": cluster_start_s,
             "goals": {"spread": spread, "every_page_once_after_loss": once},
         }
     )
+
+
+@contextlib.contextmanager
+def s3_server(tmp: Path) -> Iterator[None]:
+    """moto's S3 server on loopback with a bucket `crawls`, and this process's environment
+    (which the raylets and the commands start in) pointed at it, as an operator's would be."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+        }
+    )
+    boto3.client("s3").create_bucket(Bucket="crawls")
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 def median(results: list[dict[str, Any]], key: str) -> float | None:

@@ -64,6 +64,13 @@ class OutputSettings(Section):
         "machine writes batches in before it publishes them; empty: "
         "$XDG_CACHE_HOME/crawlflow/staging (~/.cache/crawlflow/staging)",
     )
+    lease_expiry_s: float = Field(
+        60.0,
+        gt=0,
+        description="with --out s3://: a run of the crawl on another machine takes the "
+        "running one's lease in the bucket over once it has not been renewed for this long "
+        "(it is renewed every third of it); a run killed on this machine is taken over at once",
+    )
 
 
 class PlanSettings(Section):

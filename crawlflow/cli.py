@@ -137,6 +137,7 @@ def crawl(
     from crawlflow.boot import run_crawl
     from crawlflow.summary import print_report
     from storage.bucket import is_remote, local_root, readable
+    from storage.lease import crawl_lease
     from storage.lock import crawl_lock
     from storage.manifest import new_crawl_id
 
@@ -170,9 +171,14 @@ def crawl(
     check_before_start(request)
     try:
         # Taken before Prefect and Ray start: a second command of this crawl id refuses at
-        # once; the flow holds it on in this process (storage/lock.py).
-        work_dir = local_root(request.out_dir, request.config.output.staging_dir)
-        with crawl_lock(work_dir / crawl_id):
+        # once (on another machine too, through the lease in an S3 bucket); the flow holds
+        # both on in this process (storage/lock.py, storage/lease.py).
+        output = request.config.output
+        work_dir = local_root(request.out_dir, output.staging_dir)
+        with (
+            crawl_lock(work_dir / crawl_id),
+            crawl_lease(request.out_dir, crawl_id, output.lease_expiry_s),
+        ):
             summary = run_crawl(request)
     except AlertsRaised as exc:
         print_report(readable(exc.summary["out_dir"]), exc.summary)

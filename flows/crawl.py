@@ -15,6 +15,7 @@ from crawler.request import CrawlRequest
 from crawler.scheduling.recrawl import start_depths, start_urls
 from runtime.fleet import FleetPlan
 from storage.bucket import is_remote, local_root, readable
+from storage.lease import crawl_lease
 from storage.lock import crawl_lock
 from storage.manifest import new_crawl_id
 from tasks.allocate import allocate_nodes
@@ -68,8 +69,13 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
     remote = is_remote(out_dir)
     work_dir = str(local_root(out_dir, settings.output.staging_dir))
     history = str(readable(out_dir)) if remote else out_dir
-    # One run per crawl directory, from the manifest through compaction (storage/lock.py).
-    with crawl_lock(Path(work_dir) / crawl_id):
+    # One run per crawl directory, from the manifest through compaction (storage/lock.py);
+    # in S3, one across machines too (storage/lease.py).
+    with (
+        crawl_lock(Path(work_dir) / crawl_id),
+        crawl_lease(out_dir, crawl_id, settings.output.lease_expiry_s) as lease,
+    ):
+        lease_token = None if lease is None else lease.token
         revisits = plan_recrawl(history, crawl_id, scope.hosts, request.since, request.incremental)
         start = start_urls(scope.seeds, revisits, max_pages, settings.scheduling.policy)
         depths = start_depths(scope.seeds, revisits)
@@ -95,6 +101,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
                     allow_private=request.allow_private,
                     revisits=revisits,
                     scope=scope.rules,
+                    lease_token=lease_token,
                 )
             )
         )
@@ -115,7 +122,7 @@ def crawl(request: CrawlRequest) -> dict[str, Any]:
             published_to=out_dir if remote else None,
         )
         if remote:
-            publish_output(out_dir, crawl_id, work_dir)
+            publish_output(out_dir, crawl_id, work_dir, lease_token)
         summary = {**report, "nodes": usage}
     if summary["alerts"]:
         raise AlertsRaised(summary["alerts"], summary)

@@ -56,6 +56,8 @@ class FleetPlan:
     # a recrawl's knowledge of the URLs (crawler/scheduling/recrawl.py)
     revisits: Revisits | None = None
     scope: ScopeRules | None = None  # the links followed; None: those of scope_hosts, whole
+    # The token of the run's lease on the crawl in the bucket (storage/lease.py), if any.
+    lease_token: str | None = None
 
     @property
     def crawl_dir(self) -> Path:
@@ -92,6 +94,7 @@ class FleetPlan:
             page_budget=None if self.config.limits.max_pages is None else 0,
             revisits=self.revisits,
             scope=self.scope,
+            lease_token=self.lease_token,
         )
 
 

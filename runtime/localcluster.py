@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.environment import LOOPBACK_ONLY, NO_TELEMETRY, RAY_LOCAL_ONLY
@@ -36,11 +36,14 @@ def raylet_ip(index: int) -> str:
 
 @dataclass(frozen=True)
 class Raylet:
-    """One raylet: its name (also its custom resource, one unit of it), CPUs and object store."""
+    """One raylet: its name (also its custom resource, one unit of it), CPUs and object store;
+    `env`: variables of its machine alone, over the cluster's (its own cache directory, say, as
+    a machine of its own has)."""
 
     name: str
     num_cpus: int = 1
     object_store_bytes: int = 80 * 1024 * 1024
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -173,7 +176,7 @@ class LocalCluster:
         log = (self.root / f"{raylet.name}.log").open("ab")
         self.processes[raylet.name] = subprocess.Popen(
             self._argv(index, raylet),
-            env=self.env,
+            env={**self.env, **raylet.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: see `lose`

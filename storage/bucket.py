@@ -45,7 +45,7 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ import pyarrow.fs as pafs
 
 from storage.compaction import finish_compaction
 from storage.files import wait_for_quiet
+from storage.lease import LEASE, LeaseFence
 from storage.lock import LOCK
 from storage.manifest import MANIFEST
 from storage.schema import COMMITTED_DATASETS
@@ -145,11 +146,12 @@ class Bucket:
         return Bucket(f"{self.uri}/{name}")
 
     def listing(self, under: str = "") -> dict[str, Entry]:
-        """Every object below `under`, by its path relative to the root."""
+        """Every object below `under`, by its path relative to the root, but crawls' leases
+        (storage/lease.py: no output, and renewed while a crawl runs)."""
         selector = pafs.FileSelector(self.path(under), recursive=True, allow_not_found=True)
         found = {}
         for info in self.fs.get_file_info(selector):
-            if info.type != pafs.FileType.File:
+            if info.type != pafs.FileType.File or info.base_name == LEASE:
                 continue
             relative = info.path[len(self.root) + 1 :]
             mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
@@ -438,10 +440,15 @@ def _publish_order(relative: str) -> tuple[int, str]:
     return (9, relative)
 
 
-def publish_crawl(bucket: Bucket, crawl_id: str, crawl_dir: Path) -> None:
+def publish_crawl(
+    bucket: Bucket, crawl_id: str, crawl_dir: Path, fence: Callable[[], None] = lambda: None
+) -> None:
     """Make the bucket's crawl what the staging directory holds (compacted, at the end of a
     crawl): the journal first when objects go, the new objects in commit order, then the
-    replaced ones deleted, then the journal."""
+    replaced ones deleted, then the journal. `fence` raises if this run may no longer write
+    the crawl (its lease was lost): called first, and before the commit (`fetches`) objects
+    and the deletes."""
+    fence()
     finish_journal(bucket, crawl_id)
     local = _local_files(crawl_dir)
     remote = {
@@ -455,9 +462,14 @@ def publish_crawl(bucket: Bucket, crawl_id: str, crawl_dir: Path) -> None:
     journal = f"{crawl_id}/{JOURNAL}"
     if removes:
         bucket.put(journal, json.dumps({"adds": adds, "removes": removes}).encode())
+    fenced = False
     for relative in adds:
+        if not fenced and relative.startswith(f"{COMMITTED_DATASETS[-1]}/"):
+            fence()
+            fenced = True
         bucket.upload(local[relative], f"{crawl_id}/{relative}")
     if removes:
+        fence()
         bucket.delete(f"{crawl_id}/{r}" for r in removes)
         bucket.delete([journal])
 
@@ -478,11 +490,13 @@ def publish_file(bucket: Bucket, crawl_id: str, crawl_dir: Path, relative: str) 
 
 class BatchPublisher:
     """A node's side of the protocol: each committed batch's files uploaded in commit order;
-    what fails is tried again, first, with the next batch. Shared by a node's writers."""
+    what fails is tried again, first, with the next batch. Shared by a node's writers.
+    `fence`: the run's lease, checked before each commit (`fetches`) object goes up."""
 
-    def __init__(self, bucket: Bucket, crawl_dir: Path) -> None:
+    def __init__(self, bucket: Bucket, crawl_dir: Path, fence: LeaseFence | None = None) -> None:
         self.bucket = bucket
         self.crawl_dir = crawl_dir
+        self.fence = fence
         self._pending: list[Path] = []
         self._lock = threading.Lock()
 
@@ -508,13 +522,21 @@ class BatchPublisher:
                 path = self._pending[0]
                 relative = path.relative_to(self.crawl_dir.parent).as_posix()
                 if path.exists():  # else compacted or discarded since: nothing to publish
+                    if self.fence is not None and path.parent.name == COMMITTED_DATASETS[-1]:
+                        self.fence.check()
                     self.bucket.upload(path, relative)
                 self._pending.pop(0)
 
 
-def node_publisher(location: str, crawl_dir: Path) -> BatchPublisher | None:
-    """The publisher of a node writing to `location`; None for a local disk."""
-    return BatchPublisher(Bucket(location), crawl_dir) if is_remote(location) else None
+def node_publisher(
+    location: str, crawl_dir: Path, lease_token: str | None = None
+) -> BatchPublisher | None:
+    """The publisher of a node writing to `location`; None for a local disk. `lease_token`:
+    the token of its run's lease in the bucket (storage/lease.py), None if there is none."""
+    if not is_remote(location):
+        return None
+    fence = None if lease_token is None else LeaseFence(location, crawl_dir.name, lease_token)
+    return BatchPublisher(Bucket(location), crawl_dir, fence)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from storage.bucket import Bucket, drop_staged, gather, publish_crawl, publish_file
 from storage.compaction import compact
+from storage.lease import LeaseFence
 from storage.manifest import MANIFEST
 
 
@@ -33,11 +34,15 @@ def gather_output(location: str, crawl_id: str, work_dir: str) -> None:
 
 
 @task(name="publish", cache_policy=NO_CACHE)
-def publish_output(location: str, crawl_id: str, work_dir: str) -> None:
+def publish_output(
+    location: str, crawl_id: str, work_dir: str, lease_token: str | None = None
+) -> None:
     """Object storage output: the compacted crawl of the staging directory replaces its batch
-    objects in the bucket (storage/bucket.py: under a journal, nothing read twice)."""
+    objects in the bucket (storage/bucket.py: under a journal, nothing read twice), if the
+    run's lease (`lease_token`, storage/lease.py) is still its own."""
     staged = Path(work_dir) / crawl_id
-    publish_crawl(Bucket(location), crawl_id, staged)
+    fence = LeaseFence(location, crawl_id, lease_token).check if lease_token else lambda: None
+    publish_crawl(Bucket(location), crawl_id, staged, fence)
     # Published: the staging copy goes (a resume restores from the bucket); the lock stays
     # with the run that holds it.
     drop_staged(staged)

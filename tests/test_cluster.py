@@ -2,7 +2,10 @@
 own loopback address as on two machines (runtime/localcluster.py): `crawlflow crawl` joins it
 through RAY_ADDRESS, as a user's command would, its nodes run on both raylets, and when the
 second raylet's machine is lost mid-crawl the nodes on the first take its servers over: every
-page once, none lost (docs/cluster.md)."""
+page once, none lost (docs/cluster.md). The crawl writes to an S3 API on loopback (moto's
+server, the `s3_server` fixture), which the raylets reach as worker machines would: from the
+environment `ray start` ran in, never through the command line or Ray's runtime_env
+(docs/object-storage.md)."""
 
 from __future__ import annotations
 
@@ -15,10 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from runtime.localcluster import LocalCluster, Raylet, raylet_ip
+from storage.bucket import Bucket, readable
+from storage.lease import CrawlLease
 from storage.views import connect
 from websim import WebSim, WebSpec
 from websim.coverage import coverage
@@ -30,11 +35,16 @@ HEAD, WORKER = raylet_ip(0), raylet_ip(1)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Two raylets of one CPU each: the crawl's two nodes, spread, run one on each."""
-    ray_cluster = LocalCluster(
-        tmp_path_factory.mktemp("cluster"), [Raylet("head"), Raylet("worker-1")]
-    )
+def cluster(
+    s3_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """Two raylets of one CPU each: the crawl's two nodes, spread, run one on each. Both start
+    in the environment `s3_server` set (the S3 endpoint and keys, as an operator exports them
+    before `ray start`); the second, a machine of its own, has its own cache directory, so its
+    staging directory is not the command's: its batches reach the command through the bucket."""
+    root = tmp_path_factory.mktemp("cluster")
+    second_machine = {"XDG_CACHE_HOME": str(root / "worker-1-cache")}
+    ray_cluster = LocalCluster(root, [Raylet("head"), Raylet("worker-1", env=second_machine)])
     ray_cluster.start()
     try:
         yield ray_cluster
@@ -42,11 +52,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         ray_cluster.stop()
 
 
-@pytest.fixture(params=["local"])
-def out(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the crawl writes: local disk (both raylets are on this machine); another store
-    every raylet reaches (an S3 server) can be added as a parameter."""
-    return str(tmp_path / "out")
+@pytest.fixture
+def out(s3_server: dict[str, str]) -> str:
+    """Where the crawl writes: the bucket of the S3 server every raylet reaches."""
+    return "s3://crawls/cluster"
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +101,15 @@ def placements(log: str) -> dict[str, tuple[str, str]]:
     return {node: (ray_node, ip) for node, ray_node, ip in PLACED.findall(log)}
 
 
-def committed_pages(crawl_dir: Path, nodes: list[str]) -> int:
-    """Pages (robots.txt aside) in the committed fetches files of `nodes`."""
-    files = [str(p) for node in nodes for p in (crawl_dir / "fetches").glob(f"{node}-*.parquet")]
-    if not files:
-        return 0
-    query = "SELECT count(*) FROM read_parquet(?) WHERE url_path <> '/robots.txt'"
-    row = duckdb.connect().execute(query, [files]).fetchone()
-    return int(row[0]) if row else 0
+def committed_rows(crawl: Bucket, nodes: list[str], seen: dict[str, int]) -> int:
+    """Rows in the fetches objects of `nodes` the bucket holds (a batch is committed there
+    once its fetches object is), each object's count read once into `seen`."""
+    for key in crawl.listing("fetches"):
+        name = key.rsplit("/", 1)[-1]
+        if key not in seen and any(name.startswith(f"{node}-") for node in nodes):
+            with crawl.fs.open_input_file(crawl.path(key)) as source:
+                seen[key] = pq.ParquetFile(source).metadata.num_rows
+    return sum(seen.values())
 
 
 def test_the_workers_run_the_drivers_copy_of_crawlflow(
@@ -137,7 +147,8 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
 ) -> None:
     argv, env = crawl_command(slow_web, cluster, out, "lost-raylet", tmp_path)
     log_path = tmp_path / "crawl.log"
-    crawl_dir = Path(out) / "lost-raylet"
+    bucket_crawl = Bucket(f"{out}/lost-raylet")
+    seen: dict[str, int] = {}
     with log_path.open("w") as log_file:
         crawl = subprocess.Popen(
             argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
@@ -153,7 +164,7 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "no node launched on the second raylet"
             time.sleep(0.2)
-        while committed_pages(crawl_dir, on_worker) < 10:
+        while committed_rows(bucket_crawl, on_worker, seen) < 10:
             assert crawl.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "the second raylet's nodes committed nothing"
             time.sleep(0.05)
@@ -174,6 +185,13 @@ def test_nodes_spread_over_both_raylets_and_losing_one_loses_no_page(
         (row,) = [line for line in rows if line.split()[1] == node]
         assert f"{ip} {ray_node[:8]}" in row
         assert row.split("│")[3].strip() == str(node in on_worker)
+    # The second machine's nodes staged their batches on its own disk (and the command read
+    # them from the bucket).
+    assert any((cluster.root / "worker-1-cache").rglob("fetches/node-*.parquet"))
+    # The run's lease on the crawl (storage/lease.py) went with it.
+    assert CrawlLease(out, "lost-raylet", 60.0).read() is None
+    # What the bucket holds, read as `crawlflow sql` and `report` read it.
+    crawl_dir = readable(bucket_crawl.uri, required=True)
     con = connect(crawl_dir)
     fetched_by = dict(
         con.execute(

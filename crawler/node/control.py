@@ -49,7 +49,7 @@ class CrawlerNode:
         # batch published from there (storage/bucket.py).
         output = settings.config.output
         crawl_dir = local_root(settings.out_dir, output.staging_dir) / settings.crawl_id
-        publisher = node_publisher(settings.out_dir, crawl_dir)
+        publisher = node_publisher(settings.out_dir, crawl_dir, settings.lease_token)
         self.recorder = Recorder(core, crawl_dir, publisher)
         self.discovery = Discovery(core, link, self.recorder)
         self.handover = Handover(core, link.settings.heartbeat_s, self._ensure_workers)

@@ -27,3 +27,5 @@ class NodeSettings:
     revisits: Revisits | None
     # The links it follows ([scope], the seeds, --allow); None: those of `scope_hosts`, whole.
     scope: ScopeRules | None = None
+    # Its run's lease token (storage/lease.py): checked before each batch commits in a bucket.
+    lease_token: str | None = None
