@@ -229,9 +229,14 @@ class AdaptiveRateController(PacedController):
         return srtt * (1.0 + self.settings.adaptive.unproven_delay_factor)
 
     def _max_rate(self) -> float:
-        fastest = max(
-            self.settings.min_delay_s, self.floor_s, self.rtt.srtt or 0.0, self._ceiling_delay()
-        )
+        # Back to back is a delay of the typical fetch, R (about the median), not the mean S:
+        # paced at the mean, every slower answer is waited for in full and every faster one
+        # waits for the pace, which on RTTs of spread 0.5 costs 15% of the rate.
+        fetch = self.rtt.srtt or 0.0
+        current = self.queueing.current_s
+        if current is not None:
+            fetch = min(fetch, current)
+        fastest = max(self.settings.min_delay_s, self.floor_s, fetch, self._ceiling_delay())
         return math.inf if fastest <= 0 else 1.0 / fastest
 
     def _set_rate(self, rate: float) -> None:
