@@ -595,8 +595,12 @@ class AdaptiveRateController(PacedController):
         slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
         intercept = mean_y - slope * mean_x
         residual = sum((y - intercept - slope * x) ** 2 for x, y in points) / (n - 2)
-        error = math.sqrt(residual * (1.0 / n + mean_x**2 / sxx))
-        level = min(intercept, sum(before) / len(before)) - PROBE_CONFIDENCE * error
+        # Down the line from the pages before the test to rate 0, the slope taken
+        # PROBE_CONFIDENCE standard errors steep: the level of those pages is as uncertain as
+        # the M/M/1 reading's of the same pages, which the setpoint's margin already covers.
+        steep = max(slope + PROBE_CONFIDENCE * math.sqrt(residual / sxx), 0.0)
+        rates = [rate for rate, _, in_test in self._fit if not in_test]
+        level = sum(before) / len(before) - steep * sum(rates) / len(rates)
         return self.queueing.latency_s + math.exp(level)
 
     def _check_proof(self, inflation: float | None) -> None:
