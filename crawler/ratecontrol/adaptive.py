@@ -580,8 +580,8 @@ class AdaptiveRateController(PacedController):
     def _fitted_unloaded(self) -> float | None:
         """U from the line through the (rate, log time in the server) samples, followed from
         the mean of the pages before the test down to rate 0 with its slope PROBE_CONFIDENCE
-        standard errors steep (see `_step_test`), and never rising to it (a time that falls
-        with the rate is noise). None when too few samples."""
+        standard errors steep (see `_step_test`), never less steep than flat (a time that
+        falls as the rate rises is noise). None when too few samples."""
         probe_seen = 0
         points = []
         for rate, log_time, in_test in self._fit:
