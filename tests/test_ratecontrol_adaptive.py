@@ -614,8 +614,9 @@ def test_adaptive_finds_that_a_queue_with_workers_to_spare_can_take_more(
     # workers to spare: the RTT does not rise with its rate, and the polite rate is back to
     # back. The M/M/1 reading held such servers at about 1.45 times the ceiling's rate
     # (20-23/s here, where back to back is about 40/s); the rate step test finds the RTT flat
-    # and lets the rate up. Over the last 300 of 600 pages, 8 seeds: 29.4/s on average
-    # against 23.5/s before, no median over 1.04x the unloaded one (PROBE_CONFIDENCE 1.5).
+    # and lets the rate up. Over the last 300 of 600 pages, 8 seeds: 32.0/s on average
+    # (29.4/s with the floor from the line's intercept and pacing at the mean RTT, 23.5/s
+    # before the test), no median over 1.04x the unloaded one.
     queue = PhysicalQueue(workers, background_load=background)
     unloaded = unloaded_median_s(queue)
     late_rates = []
@@ -624,7 +625,7 @@ def test_adaptive_finds_that_a_queue_with_workers_to_spare_can_take_more(
         times, answered = run_physical(controller, queue, seed=seed)
         assert statistics.median(times) <= 1.1 * unloaded, seed
         late_rates.append(300 / (answered[-1] - answered[299]))
-    assert statistics.mean(late_rates) >= 28.0
+    assert statistics.mean(late_rates) >= 31.0
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -45,6 +45,8 @@ class QueueingDelay:
         self.latency_s = 0.0  # the network's round trip, which does not queue
         # (interquartile mean, standard error) of the unloaded samples, None when stale.
         self._unloaded_stats: tuple[float, float] | None = None
+        # R, None when stale: read several times per response by the controller.
+        self._current: float | None = None
 
     def observe(self, rtt_s: float, duty: float) -> None:
         """A page RTT, and the share of the time the server was busy with this connection's
@@ -58,6 +60,7 @@ class QueueingDelay:
             self._unloaded.append(math.log(self.latency_s + in_server / (1.0 + duty)))
             self._unloaded_stats = None
         self._recent.append(math.log(rtt_s))
+        self._current = None
 
     def count_every_load(self) -> None:
         """From now on every page RTT is an unloaded sample once divided by (1 + busy share):
@@ -90,7 +93,9 @@ class QueueingDelay:
 
     @property
     def current_s(self) -> float | None:
-        return math.exp(_interquartile_mean(sorted(self._recent))) if self._recent else None
+        if self._current is None and self._recent:
+            self._current = math.exp(_interquartile_mean(sorted(self._recent)))
+        return self._current
 
 
 def _middle_half(ordered: list[float]) -> list[float]:
