@@ -58,6 +58,7 @@ from bench import harness
 from crawler.cluster.coordinator import Progress
 from crawler.config import config_from_dict, with_overrides
 from crawler.node import NodeStatus
+from runtime import cpu_accounting
 from runtime.backends import start_fleet
 from runtime.fleet import FleetPlan, LoneNode
 from runtime.ray_backend import LOCAL_RAY
@@ -175,8 +176,8 @@ def crawl_ticks(exclude: int | None) -> int:
     """CPU ticks of this process's tree (each process's own and those of the children it has
     reaped), the subtree rooted at `exclude` left out."""
     total = 0
-    for pid in harness.process_tree(os.getpid(), exclude):
-        stat = harness.proc_stat(pid)
+    for pid in cpu_accounting.process_tree(os.getpid(), exclude):
+        stat = cpu_accounting.proc_stat(pid)
         if stat is not None:  # else gone meanwhile
             total += sum(int(field) for field in stat[11:15])  # utime, stime, cutime, cstime
     return total
@@ -190,7 +191,7 @@ def cpu_times(sim: WebSim) -> CpuTimes:
             user, nice, system, _idle, _iowait, irq, softirq, steal = (
                 int(field) for field in stat.readline().split()[1:9]
             )
-        websim_stat = harness.proc_stat(sim.pid)
+        websim_stat = cpu_accounting.proc_stat(sim.pid)
         if websim_stat is None:
             raise OSError(f"websim's process {sim.pid} is gone")
         websim = sum(int(field) for field in websim_stat[11:13])  # utime, stime

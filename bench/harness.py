@@ -189,30 +189,5 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (which may hold spaces): state (0),
-    ppid (1), ..., utime (11), stime (12), cutime (13), cstime (14), ..., starttime (19), in
-    clock ticks. None once the process is gone, or off Linux."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def process_tree(root: int, exclude: int | None = None) -> set[int]:
-    """`root` and its descendants (Linux /proc), the subtree rooted at `exclude` left out."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := proc_stat(int(entry))) is not None:
-            children.setdefault(int(stat[1]), []).append(int(entry))
-    found, stack = set(), [root]
-    while stack:
-        pid = stack.pop()
-        if pid != exclude:
-            found.add(pid)
-            stack += children.get(pid, [])
-    return found
-
-
 def _utc(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -174,9 +174,9 @@ class TreeCpu:
         """Read every process of the tree (and those re-parented away from it); how many
         are still running."""
         running = 0
-        tree = harness.process_tree(self.root)
+        tree = cpu_accounting.process_tree(self.root)
         for pid in tree | {pid for pid, _ in self.last}:
-            stat = harness.proc_stat(pid)
+            stat = cpu_accounting.proc_stat(pid)
             if stat is None or stat[0] == "Z":
                 continue
             key = (pid, stat[19])
@@ -184,7 +184,7 @@ class TreeCpu:
                 if pid not in tree:
                     continue  # the id of one that ended, taken by a process of another tree
                 if self.server_started_s is None and _is_server(pid):
-                    root = harness.proc_stat(self.root)
+                    root = cpu_accounting.proc_stat(self.root)
                     if root is not None:
                         self.server_started_s = (int(stat[19]) - int(root[19])) / self.tick
             running += 1

@@ -143,8 +143,9 @@ def proc_stat(pid: int) -> list[str] | None:
         return None
 
 
-def process_tree(root: int) -> set[int]:
-    """`root` and its descendants now (Linux /proc)."""
+def process_tree(root: int, exclude: int | None = None) -> set[int]:
+    """`root` and its descendants now (Linux /proc), the subtree rooted at `exclude` left out
+    (a benchmark counting a crawl apart from the server it runs beside)."""
     children: dict[int, list[int]] = {}
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -153,8 +154,9 @@ def process_tree(root: int) -> set[int]:
     found, stack = set(), [root]
     while stack:
         pid = stack.pop()
-        found.add(pid)
-        stack += children.get(pid, [])
+        if pid != exclude:
+            found.add(pid)
+            stack += children.get(pid, [])
     return found
 
 
