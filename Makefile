@@ -29,7 +29,7 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 	$(MAKE) docs
 
 # The unit tests only: no Ray, no Prefect, no servers (tests marked `integration` are left out).
