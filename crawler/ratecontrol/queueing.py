@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 
@@ -40,6 +41,10 @@ class QueueingDelay:
         self.duty = duty
         self.samples = samples
         self._unloaded: deque[float] = deque(maxlen=history)
+        # The same samples kept sorted, updated per sample (a bisection and a shift in C)
+        # instead of sorted afresh on every read: U is read on every response once every page
+        # feeds it, and sorting `history` samples each time was half the controller's CPU.
+        self._unloaded_sorted: list[float] = []
         self._recent: deque[float] = deque(maxlen=recent)
         self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
         self.latency_s = 0.0  # the network's round trip, which does not queue
@@ -57,7 +62,12 @@ class QueueingDelay:
             # (1 + duty): taken out, so the estimate errs low (slower, more polite) on servers
             # with more workers.
             in_server = max(rtt_s - self.latency_s, 0.0)
-            self._unloaded.append(math.log(self.latency_s + in_server / (1.0 + duty)))
+            sample = math.log(self.latency_s + in_server / (1.0 + duty))
+            if len(self._unloaded) == self._unloaded.maxlen:
+                oldest = self._unloaded[0]
+                del self._unloaded_sorted[bisect.bisect_left(self._unloaded_sorted, oldest)]
+            self._unloaded.append(sample)
+            bisect.insort(self._unloaded_sorted, sample)
             self._unloaded_stats = None
         self._recent.append(math.log(rtt_s))
         self._current = None
@@ -73,7 +83,7 @@ class QueueingDelay:
 
     def _stats(self) -> tuple[float, float]:
         if self._unloaded_stats is None:
-            middle = _middle_half(sorted(self._unloaded))
+            middle = _middle_half(self._unloaded_sorted)
             spread = (middle[-1] - middle[0]) / _IQR_PER_SD
             mean = sum(middle) / len(middle)
             self._unloaded_stats = (mean, spread / math.sqrt(len(self._unloaded)))
