@@ -59,7 +59,7 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
         # Presolve off: on the aggregated relaxation of the benchmark's correlated/loose/dear
         # seed 5 (11,744 set columns) a 3.7 s budget ran to 6.4-7.3 s CPU with it and 5.3-6.2 s
         # without (see the module docstring). Over the 72 family instances at 10 s, side by side
-        # with presolve on, it kept every goal and found five plans cheaper than the other's
+        # with presolve on, it kept every goal and found six plans cheaper than the other's
         # (two dearer), its bound's starts packing sooner (bench/results/allocation/NOTES.md).
         highs.setOptionValue("presolve", "off")
         deadline = time.thread_time() + self.cpu_limit_s
