@@ -138,9 +138,9 @@ FILL_SHARE = 0.65
 PATTERN_SHARE = 0.9
 SHRINK_SHARE = 0.93
 IMPROVE_SHARE = 0.94
-MASTER_SHARE = 0.96
+MASTER_SHARE = 0.95
 # The local search on the master's plan ends by this share.
-RECOMBINED_SHARE = 0.98
+RECOMBINED_SHARE = 0.97
 # The full model gets what is left of the limit. At 200 tasks its build takes 0.3-0.7 s CPU
 # (about 16 us per assignment variable) and the work outside CBC's own clock (PuLP writing the
 # model, CBC reading it, PuLP reading the solution back) 0.3-1.1 s more: CBC is given what is
