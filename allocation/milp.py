@@ -145,12 +145,13 @@ RECOMBINED_SHARE = 0.97
 # (about 16 us per assignment variable) and the work outside CBC's own clock (PuLP writing the
 # model, CBC reading it, PuLP reading the solution back) 0.3-1.1 s more: CBC is given what is
 # left after the build but CBC_IO_FACTOR times the build's CPU time, and is not started with
-# less than CBC_MIN_S (0.3 s did not prove what 1 s did on the benchmark's instances); the model
-# is not built unless that much is left by BUILD_S_PER_ASSIGNMENT's estimate. Before this rule
-# CBC's limit was at least 1 s whatever was left, and 10 s solves of the benchmark's 200-task
-# instances used up to 12.5 s (bench/results/allocation/NOTES.md, issue 33).
+# less than CBC_MIN_S; the model is not built unless that much is left by
+# BUILD_S_PER_ASSIGNMENT's estimate. What is left has no other use, so CBC_MIN_S is small: a
+# 60-task model is proven optimal in under 0.3 s. Before this rule CBC's limit was at least 1 s
+# whatever was left, and 10 s solves of the benchmark's 200-task instances used up to 12.5 s
+# (bench/results/allocation/NOTES.md, issue 33).
 CBC_IO_FACTOR = 3.0
-CBC_MIN_S = 0.5
+CBC_MIN_S = 0.1
 BUILD_S_PER_ASSIGNMENT = 20e-6
 # CPU seconds each node count gets in the fill phase's first pass.
 QUICK_TRIAL_S = 0.2
