@@ -427,6 +427,24 @@ def test_restricted_master_recombines_bins_of_different_plans() -> None:
     assert packing_cost(instance, recombined) == 3.0
 
 
+def test_restricted_master_returns_no_partial_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stopped within hundredths of a second (solve_milp gives the master only what is left
+    # before its share of the limit), CBC has reported a "solution" choosing bins for some
+    # tasks only, at random.
+    def stopped_at_once(prob: pulp.LpProblem, *_: Any, **__: Any) -> None:
+        for var in prob.variables():
+            var.varValue = 1.0 if var.name == "p_0" else 0.0
+        prob.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionIntegerFeasible)
+
+    monkeypatch.setattr("allocation.master.run_cbc", stopped_at_once)
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),), cubes(6, 4, 5)
+    )
+    first = {"n": [["t0", "t1"], ["t2"]]}
+    patterns = [("n", tasks) for tasks in first["n"]]
+    assert restricted_master(instance, patterns, first, 0.0, 0.01) == (None, None)
+
+
 # --- time limit and its report ---------------------------------------------------------------
 
 
