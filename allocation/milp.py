@@ -67,8 +67,12 @@ ending by a share of the time limit and skipped once a plan meets the lower boun
 Time. ``time_limit_s`` is CPU time (``allocation.clock``): this thread's plus CBC's, and CBC runs
 with its clock in CPU mode; HiGHS runs in this thread and is stopped by a callback on this
 thread's CPU time (``allocation.highs``). A loaded machine then stretches the wall time of a
-solve, not what it proves. On the time limit the best plan is returned with the relative gap
-between its cost and the best proven lower bound (CBC's, or the aggregated one if higher).
+solve, not what it proves. The solve returns by its limit: every phase ends on its share of it,
+and the full model runs only if its build and the work around CBC's clock fit in what is left
+(below); the one exception is HiGHS' root rounding, which no callback interrupts (a later phase
+absorbs it at 10 s, not always at shorter limits). On the time limit the best plan is returned
+with the relative gap between its cost and the best proven lower bound (CBC's, or the
+aggregated one if higher).
 """
 
 from __future__ import annotations
