@@ -9,6 +9,11 @@ HiGHS' own ``time_limit`` is wall time, which a loaded machine shortens; the sol
 CPU time (``allocation.clock``). HiGHS runs single-threaded here (``threads=1``), in the calling
 thread, so that thread's CPU time is what it used; a callback that HiGHS calls between simplex
 iterations and in the branch-and-bound loop stops the solve once it has used ``time_limit_s``.
+
+The callback is only as prompt as HiGHS' calls to it: its root node's rounding heuristics
+(``tryRoundedPoint``, propagating the conflict pool; no option turns them off) run to the end
+without one. On a model with many set columns that is seconds: correlated/loose/dear seed 5 of
+the benchmark's families took 5.3-6.2 s CPU whether its limit was 0.7 s or 3.7 s.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ class _CpuLimitedHiGHS(pulp.HiGHS):
         # HiGHS' default stops 0.01% short of proving a plan optimal; callers take an optimal
         # status for a proof.
         highs.setOptionValue("mip_rel_gap", 0.0)
+        # Presolve off: on the aggregated relaxation of the benchmark's correlated/loose/dear
+        # seed 5 (11,744 set columns) a 3.7 s budget ran to 6.4-7.3 s CPU with it and 5.3-6.2 s
+        # without (see the module docstring). Over the 72 family instances at 10 s, side by side
+        # with presolve on, it kept every goal and found six plans cheaper than the other's
+        # (two dearer), its bound's starts packing sooner (bench/results/allocation/NOTES.md).
+        highs.setOptionValue("presolve", "off")
         deadline = time.thread_time() + self.cpu_limit_s
 
         def stop_at_deadline(event: highspy.highs.HighsCallbackEvent) -> None:

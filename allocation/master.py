@@ -68,4 +68,8 @@ def restricted_master(
             placed.update(fresh)
             if fresh:
                 packing[type_name].append(fresh)
+    if len(placed) < len(instance.tasks):
+        # Stopped within hundredths of a second, CBC reports a solution that covers some tasks
+        # only (the caller's local search then failed on it).
+        return None, bound
     return dict(packing), bound

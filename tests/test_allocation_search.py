@@ -5,6 +5,7 @@ assignment model written straight from the cost rules."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from test_allocation_properties import SETTINGS, instances, or_none
 from allocation import cbc, highs, milp
 from allocation.aggregate import conflicts, feasible_sets, solve_aggregate, violated_cliques
 from allocation.cbc import has_solution, run_cbc
-from allocation.clock import CpuClock
+from allocation.clock import CpuClock, cpu_seconds
 from allocation.demand import local_node_types, plan_crawl
 from allocation.first_fit import first_fit
 from allocation.fixed_bins import STEPS_PER_CHECK, BinSearch, pack_on_bins
@@ -247,7 +248,13 @@ def test_highs_stops_at_its_cpu_time_limit() -> None:
     started = time.thread_time()
     aggregate = solve_aggregate(instance, time_limit_s=0.3)
     assert time.thread_time() - started < 1.5  # the limit, plus building the model
-    assert aggregate.lower_bound <= solve_milp(instance, time_limit_s=3).plan.total_cost
+    # The whole solve holds its limit too, CBC's processes counted: it does not close this
+    # instance in 3 s, and once ran 1-2 s past its limit on such instances (issue 33).
+    started = cpu_seconds()
+    solved = solve_milp(instance, time_limit_s=3)
+    assert solved.status == TIME_LIMIT
+    assert solved.cpu_seconds <= 3 and cpu_seconds() - started <= 3
+    assert aggregate.lower_bound <= solved.plan.total_cost
 
 
 def test_a_highs_failure_falls_back_to_cbc(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,6 +427,24 @@ def test_restricted_master_recombines_bins_of_different_plans() -> None:
     assert packing_cost(instance, recombined) == 3.0
 
 
+def test_restricted_master_returns_no_partial_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stopped within hundredths of a second (solve_milp gives the master only what is left
+    # before its share of the limit), CBC has reported a "solution" choosing bins for some
+    # tasks only, at random.
+    def stopped_at_once(prob: pulp.LpProblem, *_: Any, **__: Any) -> None:
+        for var in prob.variables():
+            var.varValue = 1.0 if var.name == "p_0" else 0.0
+        prob.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionIntegerFeasible)
+
+    monkeypatch.setattr("allocation.master.run_cbc", stopped_at_once)
+    instance = Instance(
+        (node_type("n", 10, busy=1.0, surcharge=2.0, max_reserved=9),), cubes(6, 4, 5)
+    )
+    first = {"n": [["t0", "t1"], ["t2"]]}
+    patterns = [("n", tasks) for tasks in first["n"]]
+    assert restricted_master(instance, patterns, first, 0.0, 0.01) == (None, None)
+
+
 # --- time limit and its report ---------------------------------------------------------------
 
 
@@ -467,7 +492,9 @@ def test_a_cbc_crash_keeps_the_plan_in_hand(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(milp, "run_cbc", crash)
     monkeypatch.setattr("allocation.master.run_cbc", crash)
-    # An instance the solver does not close early, so it reaches the master and the full model.
+    # An instance the solver does not close early, so it reaches the master, and the full
+    # model, here tried whatever time is left.
+    monkeypatch.setattr(milp, "CBC_MIN_S", -math.inf)
     instance = family_instance(FAMILIES[0], seed=2, tasks=200)
     result = solve_milp(instance, time_limit_s=3)
     assert len(crashes) == 2
