@@ -14,7 +14,9 @@ publish batches and compact, so a crawl in S3 also has a lease, the object
   the object's Last-Modified against the Date of the response that read it, so no two
   machines' clocks are compared), with a conditional overwrite of the expired object: of two
   runs taking it over, one wins. A holder on this very host whose process is gone (a `kill -9`
-  of the command) is taken over at once, so a resume on the same machine does not wait.
+  of the command) is taken over at once, so a resume on the same machine does not wait; "this
+  very host" is the same host name, kernel boot and pid namespace (`pid_space`), since a pid
+  means nothing outside them (two containers may share a host name).
 - **Fencing.** A run whose lease was lost must commit nothing more: each node reads the lease
   before it uploads a batch's `fetches` object (the commit point) and refuses if the lease's
   token is not its run's (`LeaseFence`); the driver does so before it publishes the compacted
@@ -42,12 +44,25 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from storage.lock import CrawlLocked
 
 LEASE = "crawl.lease"
+
+
+def pid_space() -> str:
+    """Where this process's pid names it: the kernel's boot and the pid namespace; empty where
+    that cannot be read (off Linux), and then no pid of a holder is trusted."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
+
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +138,7 @@ class CrawlLease:
         self.holder = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "pid_space": pid_space(),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
             "token": self.token,
         }
@@ -169,7 +185,8 @@ class CrawlLease:
         """Expired, or held by a process of this host that is gone."""
         if current.age_s > self.expiry_s or not current.holder:
             return True
-        if current.holder.get("host") != self.holder["host"]:
+        same_space = current.holder.get("pid_space") == self.holder["pid_space"] != ""
+        if current.holder.get("host") != self.holder["host"] or not same_space:
             return False
         pid = current.holder.get("pid")
         if not isinstance(pid, int) or pid == os.getpid():

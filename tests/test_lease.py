@@ -134,6 +134,18 @@ def test_a_killed_run_on_this_machine_is_taken_over_at_once(s3_server):
     resumed.release()
 
 
+def test_a_dead_pid_in_another_pid_namespace_is_not_taken_for_this_hosts(s3_server):
+    """Same host name, another container: its pid says nothing here, so its lease is live."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    elsewhere = lease_of("container")
+    elsewhere.holder = {**elsewhere.holder, "pid": int(dead.stdout), "pid_space": "other/1"}
+    elsewhere.acquire()
+    with pytest.raises(LeaseHeld):
+        lease_of("container").acquire()
+
+
 def test_a_second_command_is_one_line_before_anything_starts(s3_server, capsys):
     from crawlflow.cli import main
 
