@@ -387,7 +387,8 @@ def test_a_bucket_that_cannot_be_written_is_one_line_before_anything_starts(s3_s
         "crawlflow: error: --out s3://no-such-bucket/night: cannot write there ("
     ), result.stderr
     assert "testing" not in result.stderr  # the secret key the environment holds
-    assert not (tmp_path / "prefect-home").exists()  # Prefect never started
+    # Prefect never started: its server creates its database in PREFECT_HOME first thing.
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
     print(f"refused in {time.monotonic() - started:.1f}s")
 
 
