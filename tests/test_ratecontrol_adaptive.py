@@ -450,6 +450,17 @@ def test_adaptive_does_not_take_a_queueing_server_with_latency_for_flat() -> Non
         assert statistics.median(rtts) <= 1.5 * model.unloaded_rtt_s, seed
 
 
+def test_the_flat_check_waits_for_a_servers_averaged_arrivals() -> None:
+    # websim's formula servers average their arrivals over a second: one window of R after the
+    # rate stepped up, the RTT of seed 1054's 28.7/s server on the wire had risen by 0.218 U,
+    # short of the check's 0.243, and the loaded RTT became U's floor, 1.20 times the truth
+    # (its median 1.57x). Two windows see the rise.
+    model = QueueingModel(0.010, 28.7)
+    controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
+    run_degrading(controller, model, pages=600, seed=1054, on_the_wire=True)
+    assert controller.queueing.floor_s <= model.unloaded_rtt_s
+
+
 def test_adaptive_keeps_learning_the_unloaded_rtt() -> None:
     # Once the server has shown it queues, every page feeds U (divided by 1 + its busy
     # share): after 600 pages U rests on hundreds of samples, and the setpoint has risen to
