@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from killing import kill_once_committed
 
 from storage.bucket import (
     JOURNAL,
@@ -332,22 +332,7 @@ def test_a_crawl_to_s3_killed_with_sigkill_resumes_from_the_bucket_with_every_pa
         command += [arg for host in sim.servers for arg in ("--allow", host)]
         command += ["--out", "s3://crawls/killed", "--crawl-id", "k1", "--config", str(config)]
         env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-        process = subprocess.Popen(
-            command,
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            deadline = time.monotonic() + 120
-            while committed_fetches(bucket, "k1") < 3:
-                assert process.poll() is None, process.stderr.read().decode()[-2000:]
-                assert time.monotonic() < deadline, "the crawl made no progress"
-                time.sleep(0.2)
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        kill_once_committed(command, env, lambda: committed_fetches(bucket, "k1"), 3)
         expected = sim.reachable_allowed_urls()
         before = coverage(readable("s3://crawls/killed/k1"), expected)
         assert 0 < before["fetched"] < before["expected"], "the kill must land mid-crawl"

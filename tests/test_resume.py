@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from killing import kill_once_committed
 from warcio.archiveiterator import ArchiveIterator
 
 from storage.checkpoint import _changed_at, wait_until_quiet
@@ -57,18 +56,7 @@ def test_killed_crawl_resumes_without_loss_or_duplicates(
     command += [arg for host in allow for arg in ("--allow", host)]
     command += ["--out", str(tmp_path / "out"), "--crawl-id", "resumable", "--config", str(config)]
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-    process = subprocess.Popen(
-        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while committed_fetch_files(crawl_dir) < 5:
-            assert process.poll() is None, process.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "the crawl made no progress"
-            time.sleep(0.1)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    kill_once_committed(command, env, lambda: committed_fetch_files(crawl_dir), 5)
 
     expected = slow_web.reachable_allowed_urls()
     before = coverage(crawl_dir, expected)
