@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
+from zlib_ng import zlib_ng
 
 from storage.durable import SyncedFile, is_whole_parquet
 
@@ -60,10 +61,11 @@ WARC_FILE_BYTES = 1_000_000_000
 COPY_BYTES = 1 << 20
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 # Headers that describe the bytes on the wire, not the decoded body the record holds.
-# The gzip level of each record's member: zlib's default. warcio's own writer uses 9, which
-# cost 1.74 ms a page of real documentation HTML (70 KB) against 0.98 ms here, for members 1.2%
-# smaller (bench/results/cpu_per_page/NOTES.md).
-GZIP_LEVEL = 6
+# Each record's member is deflated by zlib-ng (standard gzip, read by any zlib) at level 5: on a
+# page of real documentation HTML (70 KB) 0.64 ms against zlib's 1.51 ms at its default level 6,
+# for members 1.6% larger (warcio's own writer uses zlib at 9: 1.95 ms, 0.7% smaller than
+# zlib's 6; bench/results/cpu_per_page/NOTES.md).
+GZIP_LEVEL = 5
 _WIRE_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
 
 
@@ -210,7 +212,7 @@ class WarcBatchWriter:
 
 def _gzip_member(record: bytes) -> bytes:
     """One record as one gzip member (what warcio writes with gzip=True, at GZIP_LEVEL)."""
-    return zlib.compress(record, GZIP_LEVEL, wbits=31)
+    return zlib_ng.compress(record, GZIP_LEVEL, wbits=31)
 
 
 def warcinfo_record(file_name: str) -> bytes:
