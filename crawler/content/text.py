@@ -19,6 +19,11 @@ from resiliparse.parse.lang import detect_fast
 _LANGUAGE_RANK_CUTOFF = 1200
 # Shorter texts say too little of their language to name one.
 _MIN_LANGUAGE_CHARS = 20
+# The language is told from the text's first this many characters: detect_fast's time grows with
+# the text, its answer does not improve past a few thousand characters (on 348 long pages of the
+# Rust documentation, 72 KB of main text each: 333 named English from this prefix, 326 from the
+# whole text; bench/results/cpu_per_page/NOTES.md).
+_LANGUAGE_SAMPLE_CHARS = 4000
 # Features of the simhash: runs of this many words, so that one changed sentence changes only
 # the features it touches.
 SHINGLE_WORDS = 3
@@ -45,15 +50,25 @@ def main_text(html: str) -> MainText:
 def language(text: str) -> str | None:
     if len(text) < _MIN_LANGUAGE_CHARS:
         return None
-    code, rank = detect_fast(text)
+    code, rank = detect_fast(text[:_LANGUAGE_SAMPLE_CHARS])
     return None if code == "unknown" or rank > _LANGUAGE_RANK_CUTOFF else code
 
 
-# Words hashed so far: a site's pages share most of their words. A plain dict read through
-# `map` costs a third of what an lru_cache call does per word; when it would grow past its
-# bound a new one replaces it (a thread still filling the old one finishes with that one).
+# Words hashed so far: a site's pages share most of their words. A dict whose misses hash the
+# word (`__missing__`) is read through `map` at C speed, with no pass to find the new words
+# first; a new one replaces it once it has grown past its bound (a thread still reading the old
+# one finishes with that one). Keyed by the words as the text has them, lowered only when hashed:
+# lowering the whole text cost more than the words it finds new.
 _WORD_HASHES_MAX = 1 << 16
-_word_hashes: dict[str, int] = {}
+
+
+class _WordHashes(dict[str, int]):
+    def __missing__(self, word: str) -> int:
+        value = self[word] = _word_hash(word.lower())
+        return value
+
+
+_word_hashes = _WordHashes()
 # Each byte value's 8 bits, most significant first (np.unpackbits' order).
 _BITS_OF_BYTE = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
 
@@ -63,15 +78,11 @@ def _word_hash(word: str) -> int:
 
 
 def _hashes(words: list[str]) -> np.ndarray:
-    """Each word's 64-bit hash, in order."""
+    """Each word's 64-bit hash (of the word in lower case), in order."""
     global _word_hashes
     known = _word_hashes
-    missing = set(words).difference(known)
-    if len(known) + len(missing) > _WORD_HASHES_MAX:
-        known = _word_hashes = {}
-        missing = set(words)
-    for word in missing:
-        known[word] = _word_hash(word)
+    if len(known) > _WORD_HASHES_MAX:
+        known = _word_hashes = _WordHashes()
     return np.fromiter(map(known.__getitem__, words), dtype=np.uint64, count=len(words))
 
 
@@ -90,7 +101,10 @@ def simhash(text: str) -> int | None:
     texts that share most shingles differ in few bits. Each word is hashed once (64-bit
     BLAKE2b), a shingle's hash combines its words' (in numpy), so a long page costs little.
     None for a text of no words."""
-    words = text.lower().split()  # punctuation stays on its word: no regex pass over the text
+    # Split first, then lower each word (`_hashes`): the same words as splitting the lowered
+    # text, as no character lowers to white space or from it. Punctuation stays on its word: no
+    # regex pass over the text.
+    words = text.split()
     if not words:
         return None
     hashes = _hashes(words)
