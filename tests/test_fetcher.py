@@ -244,6 +244,15 @@ def test_watchdog_cuts_only_what_outlives_its_deadline():
     assert watchdog.release(on_time) is False
 
 
+def test_watchdog_wakes_for_a_deadline_before_the_one_it_sleeps_until():
+    watchdog = _Watchdog()
+    watchdog.release(watchdog.watch(time.monotonic() + 60, lambda: pytest.fail("cut too early")))
+    cut = threading.Event()
+    late = watchdog.watch(time.monotonic() + 0.05, cut.set)
+    assert cut.wait(2.0)
+    assert watchdog.release(late) is True
+
+
 @pytest.fixture(scope="module")
 def fetches_from_a_slow_server() -> list[FetchResult]:
     """Three pages over one connection from a server that answers after 40 ms (websim's
