@@ -193,4 +193,8 @@ def test_simhash_values_stay_as_published():
     assert simhash(long_text) == -2711389756433179342
     assert simhash("one") == -8071251744885049950
     assert simhash("One two") == -7750924668951865227
+    # Words lowered one by one give the text lowered whole: a final sigma, a dotted capital I,
+    # white space other than ASCII's (main 9503511's value).
+    unicode_text = "ΟΔΟΣ ΣΟΦΟΣ Σ ΑΣ. Σ ΑΣ' İstanbul STRASSE Straße\u00a0ǅemal \u2003 ΌΣΟΣ"
+    assert simhash(unicode_text) == -926693110118575228
     assert simhash(" \n ") is None
