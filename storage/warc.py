@@ -60,12 +60,12 @@ WARC_FILE_BYTES = 1_000_000_000
 # How much of a file a merge copies at a time.
 COPY_BYTES = 1 << 20
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
-# Headers that describe the bytes on the wire, not the decoded body the record holds.
 # Each record's member is deflated by zlib-ng (standard gzip, read by any zlib) at level 5: on a
 # page of real documentation HTML (70 KB) 0.64 ms against zlib's 1.51 ms at its default level 6,
 # for members 1.6% larger (warcio's own writer uses zlib at 9: 1.95 ms, 0.7% smaller than
 # zlib's 6; bench/results/cpu_per_page/NOTES.md).
 GZIP_LEVEL = 5
+# Headers that describe the bytes on the wire, not the decoded body the record holds.
 _WIRE_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
 
 

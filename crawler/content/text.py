@@ -57,8 +57,8 @@ def language(text: str) -> str | None:
 # Words hashed so far: a site's pages share most of their words. A dict whose misses hash the
 # word (`__missing__`) is read through `map` at C speed, with no pass to find the new words
 # first; a new one replaces it once it has grown past its bound (a thread still reading the old
-# one finishes with that one). Keyed by the words as the text has them, lowered only when hashed:
-# lowering the whole text cost more than the words it finds new.
+# one finishes with that one). Keyed by the words as the text spells them, each lowered when
+# first hashed: that costs less than lowering the whole text of every page.
 _WORD_HASHES_MAX = 1 << 16
 
 
