@@ -403,6 +403,7 @@ class FetchLoop:
         self._take_slot()
         started = time.monotonic()
         with core.lock:
+            controller.on_backlog(server.pending())
             controller.on_request_start(started)
             fetch = core.config.fetch
             time_limit = server.failures.time_limit(
