@@ -206,7 +206,7 @@ class FetchLoop:
                 foreign,
                 canonical=True,
             )
-        self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
+        self._recorder.fetch_later(result, task, outcome.error, outcome.page, discovered)
         self._discovery.send_foreign(foreign)
         core.count_fetched(page=outcome.page is not None)
         self._after_failure(server, answer)
