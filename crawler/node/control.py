@@ -231,6 +231,7 @@ class CrawlerNode:
         """Stop at once, committing nothing more: what the death of its process does (the
         in-process runtime's `kill`)."""
         self._stop_threads()
+        self.recorder.stop_workers()
         self._link.stop()
 
     def close(self) -> NodeStatus:
@@ -239,6 +240,7 @@ class CrawlerNode:
         self._link.stop()
         try:
             self._metrics.close()
+            self.recorder.stop_workers()
             self.recorder.flush()
         except (OSError, OutputFailed) as exc:
             # The disk: said in the status (the flow fails the crawl with it); what was

@@ -206,7 +206,7 @@ class FetchLoop:
                 foreign,
                 canonical=True,
             )
-        self._recorder.fetch(result, task, outcome.error, outcome.page, discovered)
+        self._recorder.fetch_later(result, task, outcome.error, outcome.page, discovered)
         self._discovery.send_foreign(foreign)
         core.count_fetched(page=outcome.page is not None)
         self._after_failure(server, answer)
@@ -403,6 +403,7 @@ class FetchLoop:
         self._take_slot()
         started = time.monotonic()
         with core.lock:
+            controller.on_backlog(server.pending())
             controller.on_request_start(started)
             fetch = core.config.fetch
             time_limit = server.failures.time_limit(

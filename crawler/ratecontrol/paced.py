@@ -34,6 +34,9 @@ class PacedController(ABC):
         # trip to the server, a floor every page RTT pays whatever the server's load. The
         # least, as TCP keeps its minimum RTT: queues in the network only lengthen it.
         self.network_rtt_s = 0.0
+        # URLs waiting for the server when the last request started (see `on_backlog`); 0
+        # until the node says.
+        self.backlog = 0
         # Host pauses are not jittered: one connection per host has nothing to desynchronize,
         # and a fixed schedule keeps the crawl reproducible.
         self._backoff = Backoff(retry.backoff_base_s, retry.backoff_cap_s)
@@ -60,6 +63,9 @@ class PacedController(ABC):
 
     def on_request_start(self, now: float) -> None:
         self.last_start = now
+
+    def on_backlog(self, urls: int) -> None:
+        self.backlog = urls
 
     def on_response(
         self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None

@@ -28,6 +28,11 @@ class HostRateController(Protocol):
 
     def on_request_start(self, now: float) -> None: ...
 
+    def on_backlog(self, urls: int) -> None:
+        """The URLs waiting for this host (queued, retries) as a request starts: how much more
+        of it there is to crawl, which says whether learning its rate is worth a burst."""
+        ...
+
     def on_response(
         self, now: float, rtt_s: float, status: int | None, retry_after_s: float | None
     ) -> None:
