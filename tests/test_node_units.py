@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow.parquet as pq
 import pytest
 
 from crawler.config import CrawlConfig
 from crawler.fetching.fetcher import FetchResult
+from crawler.fetching.links import ParsedPage, parse_html
+from crawler.node.core import NodeCore
 from crawler.node.outcome import outcome_of
+from crawler.node.recorder import Recorder
+from crawler.node.settings import NodeSettings
 from crawler.scheduling.urlqueue import UrlTask
 from errors import DEADLINE, ErrorClass, FetchError, family_errors, is_retryable
 from storage.outcomes import is_final
 from storage.schema import DATASETS, ROW_TYPES
+from storage.writer import OutputFailed
 
 URL = "http://a.example/page"
 HTML = {"content-type": "text/html; charset=utf-8"}
@@ -119,3 +125,72 @@ def test_a_server_moves_between_nodes_whole(two_nodes):
     assert server.limits.pages == 2  # the counts that came along are the ones counted
     tasks = {task.url: task.host_depth for task in server.queue.drain()}
     assert tasks == {f"http://{host}/a": 0, f"http://{host}/b": 3}
+
+
+# ---- the record workers: a page's rows off the fetch path (crawler/node/recorder.py) --------
+
+
+def make_recorder(tmp_path, config: CrawlConfig) -> Recorder:
+    settings = NodeSettings(
+        node_id="n0",
+        crawl_id="c",
+        out_dir=str(tmp_path),
+        config=config,
+        hosts=[RECORDER_HOST],
+        scope_hosts=[RECORDER_HOST],
+        allow_private=True,
+        page_budget=None,
+        revisits=None,
+    )
+    return Recorder(NodeCore(settings), tmp_path / "c")
+
+
+RECORDER_HOST = "127.0.0.1:9"  # no request is made: the answers are made up here
+
+
+def answered_page(number: int) -> tuple[FetchResult, ParsedPage]:
+    url = f"http://{RECORDER_HOST}/{number}"
+    body = f"<html><title>page {number}</title><p>text of page {number}</p></html>".encode()
+    headers = {"content-type": "text/html; charset=utf-8"}
+    return FetchResult(url, 200, headers=headers, body=body), parse_html(body, url)
+
+
+def test_pages_handed_to_the_record_workers_all_land_by_the_flush(tmp_path):
+    recorder = make_recorder(tmp_path, CrawlConfig(output={"warc": False}))
+    for number in range(40):
+        result, page = answered_page(number)
+        recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    recorder.flush()
+    recorder.stop_workers()
+    rows = pq.read_table(tmp_path / "c" / "pages").to_pylist()
+    assert sorted(row["title"] for row in rows) == sorted(f"page {n}" for n in range(40))
+    assert {row["text"] for row in rows} == {f"text of page {n}" for n in range(40)}
+
+
+def test_an_output_failure_on_a_record_worker_stops_the_node_at_the_next_call(tmp_path):
+    recorder = make_recorder(tmp_path, CrawlConfig(output={"warc": False}))
+
+    def full_disk(*args, **kwargs):
+        raise OutputFailed("no space left on device")
+
+    recorder.output.record = full_disk
+    result, page = answered_page(0)
+    recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    with pytest.raises(OutputFailed):
+        recorder.flush()
+    with pytest.raises(OutputFailed):
+        recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    recorder.stop_workers()
+
+
+def test_a_page_with_extract_fields_is_recorded_on_the_fetch_path(tmp_path):
+    # Its fields read the parsed document, which must not wait on the workers' queue.
+    config = CrawlConfig(output={"warc": False}, extract={"xpath": {"heading": "//title"}})
+    recorder = make_recorder(tmp_path, config)
+    result, page = answered_page(0)
+    recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    assert [row["url"] for row in recorder.output.buffered("fetches")] == [result.url]
+    recorder.flush()
+    recorder.stop_workers()
+    (row,) = pq.read_table(tmp_path / "c" / "extracts").to_pylist()
+    assert row["value"] == "page 0"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -37,10 +38,11 @@ from storage.writer import CommitGroupWriter, OutputFailed, Publisher
 logger = logging.getLogger(__name__)
 
 # Pages whose rows are made off the fetch path at once (see `Recorder.fetch_later`), and how
-# many may wait for them: each holds its body, so the wait is bounded (a full queue makes the
-# fetch path record the page itself, as before).
+# many may be handed over in all, those being recorded included: each holds its body and its
+# links beside the pages the connections hold, so they are few (a page that finds them all
+# taken is recorded on the fetch path, as before; docs/scheduling.md#bounds).
 RECORD_WORKERS = 2
-RECORD_WAITING = 8
+RECORD_WAITING = 4
 
 
 class Recorder:
@@ -84,13 +86,20 @@ class Recorder:
         cost milliseconds of CPU, which on the fetch path would delay the server's next request
         by as much (a fast server back to back at 30 pages/s instead of 40). The rows carry the
         time of this call. A full queue records the page here. `flush` waits for every page
-        handed over; an output failure on a worker is raised by the next call."""
+        handed over; an output failure on a worker is raised by the next call. A page with
+        [extract] fields is recorded here: its parsed document (lxml, about 40 times the page's
+        size), which they read, must not wait beside those the connections hold."""
         if self._failure is not None:
             raise self._failure
         fetch_time = datetime.now(UTC)
+        if page is not None and self._extractor is not None:
+            self.fetch(result, task, error, page, discovered, fetch_time)
+            return
         if not self._slots.acquire(blocking=False):
             self.fetch(result, task, error, page, discovered, fetch_time)
             return
+        if page is not None:
+            page = replace(page, root=None)  # only [extract] reads the document
         with self._idle:
             self._pending += 1
         self._workers.submit(self._record, result, task, error, page, discovered, fetch_time)
