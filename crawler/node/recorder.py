@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -92,35 +94,26 @@ class Recorder:
         if self._failure is not None:
             raise self._failure
         fetch_time = datetime.now(UTC)
-        if page is not None and self._extractor is not None:
-            self.fetch(result, task, error, page, discovered, fetch_time)
-            return
-        if not self._slots.acquire(blocking=False):
+        extracted = page is not None and self._extractor is not None
+        if extracted or not self._slots.acquire(blocking=False):
             self.fetch(result, task, error, page, discovered, fetch_time)
             return
         if page is not None:
             page = replace(page, root=None)  # only [extract] reads the document
         with self._idle:
             self._pending += 1
-        self._workers.submit(self._record, result, task, error, page, discovered, fetch_time)
+        record = partial(self.fetch, result, task, error, page, discovered, fetch_time)
+        self._workers.submit(self._record, record, result.url)
 
-    def _record(
-        self,
-        result: FetchResult,
-        task: UrlTask,
-        error: FetchError | None,
-        page: ParsedPage | None,
-        discovered: list[Item] | None,
-        fetch_time: datetime,
-    ) -> None:
+    def _record(self, record: Callable[[], None], url: str) -> None:
         try:
-            self.fetch(result, task, error, page, discovered, fetch_time)
+            record()
         except OutputFailed as exc:
             self._failure = exc
         except Exception:
             # As on the fetch path (crawler/node/fetchloop.py): a bug that one page sets off
             # costs that page's rows, not the node.
-            logger.exception("recording %s failed", result.url)
+            logger.exception("recording %s failed", url)
         finally:
             self._slots.release()
             with self._idle:
