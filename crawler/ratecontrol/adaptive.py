@@ -659,7 +659,8 @@ class AdaptiveRateController(PacedController):
         steep = max(slope + confidence * error, 0.0)
         rates = [rate for rate, _, in_test in self._fit if not in_test]
         level = sum(before) / len(before) - steep * sum(rates) / len(rates)
-        rise = slope / error if error > 0 else math.inf
+        # Points exactly on a line (RTTs that never vary): the slope is the whole evidence.
+        rise = slope / error if error > 0 else (math.inf if slope > 0 else 0.0)
         return self.queueing.latency_s + math.exp(level), rise
 
     def _check_proof(self, inflation: float | None) -> None:
