@@ -5,6 +5,7 @@ server's state moving between nodes whole."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +15,7 @@ from crawler.fetching.fetcher import FetchResult
 from crawler.fetching.links import ParsedPage, parse_html
 from crawler.node.core import NodeCore
 from crawler.node.outcome import outcome_of
-from crawler.node.recorder import Recorder
+from crawler.node.recorder import RECORD_MAX_LINKS, Recorder
 from crawler.node.settings import NodeSettings
 from crawler.scheduling.urlqueue import UrlTask
 from errors import DEADLINE, ErrorClass, FetchError, family_errors, is_retryable
@@ -180,6 +181,21 @@ def test_an_output_failure_on_a_record_worker_stops_the_node_at_the_next_call(tm
         recorder.flush()
     with pytest.raises(OutputFailed):
         recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    recorder.stop_workers()
+
+
+def test_a_page_of_many_links_is_recorded_on_the_fetch_path(tmp_path):
+    # Its rows, one per link, are memory: handed over, they would wait beside the pages the
+    # connections hold.
+    recorder = make_recorder(tmp_path, CrawlConfig(output={"warc": False}))
+    result, page = answered_page(0)
+    links = [f"http://{RECORDER_HOST}/link/{n}" for n in range(RECORD_MAX_LINKS + 1)]
+    discovered = [(link, 1) for link in links]
+    recorder.fetch_later(
+        result, UrlTask(result.url, 0), None, replace(page, links=links), discovered
+    )
+    assert [row["url"] for row in recorder.output.buffered("fetches")] == [result.url]
+    recorder.flush()
     recorder.stop_workers()
 
 

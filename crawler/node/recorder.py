@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 # taken is recorded on the fetch path, as before; docs/scheduling.md#bounds).
 RECORD_WORKERS = 2
 RECORD_WAITING = 4
+# A page with more links than this is recorded on the fetch path: its rows (one per link) are
+# memory more than CPU, and handed over they would wait beside the pages the connections hold.
+RECORD_MAX_LINKS = 1000
 
 
 class Recorder:
@@ -90,12 +93,15 @@ class Recorder:
         time of this call. A full queue records the page here. `flush` waits for every page
         handed over; an output failure on a worker is raised by the next call. A page with
         [extract] fields is recorded here: its parsed document (lxml, about 40 times the page's
-        size), which they read, must not wait beside those the connections hold."""
+        size), which they read, must not wait beside those the connections hold; so is a page
+        of more than RECORD_MAX_LINKS links."""
         if self._failure is not None:
             raise self._failure
         fetch_time = datetime.now(UTC)
-        extracted = page is not None and self._extractor is not None
-        if extracted or not self._slots.acquire(blocking=False):
+        inline = page is not None and (
+            self._extractor is not None or len(page.links) > RECORD_MAX_LINKS
+        )
+        if inline or not self._slots.acquire(blocking=False):
             self.fetch(result, task, error, page, discovered, fetch_time)
             return
         if page is not None:
