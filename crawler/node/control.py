@@ -229,7 +229,8 @@ class CrawlerNode:
 
     def halt(self) -> None:
         """Stop at once, committing nothing more: what the death of its process does (the
-        in-process runtime's `kill`)."""
+        in-process runtime's `kill`). Pages already handed to the record workers get their rows
+        first, buffered like the rest (a batch they fill is committed)."""
         self._stop_threads()
         self.recorder.stop_workers()
         self._link.stop()

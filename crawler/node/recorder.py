@@ -3,6 +3,7 @@ batches (storage/writer.py), with the WARC record of each answer when asked."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -75,7 +76,9 @@ class Recorder:
         )
         self._workers = ThreadPoolExecutor(RECORD_WORKERS, thread_name_prefix=f"{node_id}-record")
         self._slots = threading.BoundedSemaphore(RECORD_WAITING)
-        self._pending = 0
+        # Pages handed over and not recorded yet, by their number in the order handed over.
+        self._numbers = itertools.count()
+        self._pending: set[int] = set()
         self._idle = threading.Condition()
         self._failure: OutputFailed | None = None
 
@@ -107,11 +110,12 @@ class Recorder:
         if page is not None:
             page = replace(page, root=None)  # only [extract] reads the document
         with self._idle:
-            self._pending += 1
+            number = next(self._numbers)
+            self._pending.add(number)
         record = partial(self.fetch, result, task, error, page, discovered, fetch_time)
-        self._workers.submit(self._record, record, result.url)
+        self._workers.submit(self._record, record, result.url, number)
 
-    def _record(self, record: Callable[[], None], url: str) -> None:
+    def _record(self, record: Callable[[], None], url: str, number: int) -> None:
         try:
             record()
         except OutputFailed as exc:
@@ -123,13 +127,16 @@ class Recorder:
         finally:
             self._slots.release()
             with self._idle:
-                self._pending -= 1
+                self._pending.discard(number)
                 self._idle.notify_all()
 
     def wait_pending(self) -> None:
-        """Until every page handed to `fetch_later` has its rows (committed or buffered)."""
+        """Until every page handed to `fetch_later` so far has its rows (committed or
+        buffered); pages handed over meanwhile are not waited for, so a busy node's flush
+        ends."""
         with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
+            last = next(self._numbers) - 1  # a number skipped: none is handed over with it
+            self._idle.wait_for(lambda: min(self._pending, default=last + 1) > last)
 
     def stop_workers(self) -> None:
         """Once the node's fetching has stopped: every page handed over recorded, no worker
