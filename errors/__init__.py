@@ -102,6 +102,11 @@ def family_errors(family: str) -> FetchError:
     return FetchError(ErrorClass.SKIPPED, f"{FAMILY_ERRORS_DETAIL}: {family[:100]}")
 
 
+def internal_error(exc: Exception) -> FetchError:
+    """The row of a URL whose handling met a bug: the exception, within the column's size."""
+    return FetchError(ErrorClass.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:284])
+
+
 def is_retryable(status: int | None, error: FetchError | str | None) -> bool:
     """Whether a failed fetch may succeed if tried again later."""
     if status is not None and status in RETRY_STATUSES:

@@ -210,3 +210,20 @@ def test_a_page_with_extract_fields_is_recorded_on_the_fetch_path(tmp_path):
     recorder.stop_workers()
     (row,) = pq.read_table(tmp_path / "c" / "extracts").to_pylist()
     assert row["value"] == "page 0"
+
+
+def test_a_bug_on_a_record_worker_costs_that_url_recorded_as_such(tmp_path, monkeypatch):
+    # As on the fetch path: the URL gets an internal_error row, and the node goes on.
+    recorder = make_recorder(tmp_path, CrawlConfig(output={"warc": False}))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(recorder, "_page_rows", broken)
+    result, page = answered_page(0)
+    recorder.fetch_later(result, UrlTask(result.url, 0), None, page, [])
+    recorder.flush()
+    recorder.stop_workers()
+    (row,) = pq.read_table(tmp_path / "c" / "fetches").to_pylist()
+    assert row["url"] == result.url
+    assert row["error"] == "internal_error: RuntimeError: boom"

@@ -32,7 +32,7 @@ from crawler.scheduling.urlqueue import UrlTask
 from crawler.scope.addresses import AddressGuard, AddressRefused, unresolvable
 from crawler.scope.traps import content_shape, url_family
 from crawler.scope.urls import server_of
-from errors import DEADLINE, ErrorClass, FetchError, family_errors
+from errors import DEADLINE, ErrorClass, FetchError, family_errors, internal_error
 from storage.writer import OutputFailed
 
 logger = logging.getLogger(__name__)
@@ -468,8 +468,3 @@ class FetchLoop:
                 if (server := core.servers.get(server_of(task.url))) is not None:
                     server.redirects.pop(task.url, None)
             core.count_unfetched(len(tasks))
-
-
-def internal_error(exc: Exception) -> FetchError:
-    """The row of a URL whose handling met a bug: the exception, within the column's size."""
-    return FetchError(ErrorClass.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:284])

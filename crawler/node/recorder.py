@@ -26,7 +26,7 @@ from crawler.node.core import NodeCore
 from crawler.scheduling.recrawl import KnownUrl
 from crawler.scheduling.server import Item
 from crawler.scheduling.urlqueue import UrlTask
-from errors import FetchError
+from errors import FetchError, internal_error
 from storage.schema import (
     COMMITTED_DATASETS,
     DATASETS,
@@ -93,8 +93,10 @@ class Recorder:
         """`fetch`, on a worker of its own: a page's rows (its main text, its WARC record)
         cost milliseconds of CPU, which on the fetch path would delay the server's next request
         by as much (a fast server back to back at 30 pages/s instead of 40). The rows carry the
-        time of this call. A full queue records the page here. `flush` waits for every page
-        handed over; an output failure on a worker is raised by the next call. A page with
+        time of this call. A full queue records the page here. `flush` waits for the pages
+        handed over before it; an output failure on a worker is raised by the next call, and a
+        bug that one page sets off there gives its URL an internal_error row, as on the fetch
+        path. A page with
         [extract] fields is recorded here: its parsed document (lxml, about 40 times the page's
         size), which they read, must not wait beside those the connections hold; so is a page
         of more than RECORD_MAX_LINKS links."""
@@ -113,17 +115,21 @@ class Recorder:
             number = next(self._numbers)
             self._pending.add(number)
         record = partial(self.fetch, result, task, error, page, discovered, fetch_time)
-        self._workers.submit(self._record, record, result.url, number)
+        self._workers.submit(self._record, record, task, number)
 
-    def _record(self, record: Callable[[], None], url: str, number: int) -> None:
+    def _record(self, record: Callable[[], None], task: UrlTask, number: int) -> None:
         try:
             record()
         except OutputFailed as exc:
             self._failure = exc
-        except Exception:
+        except Exception as exc:
             # As on the fetch path (crawler/node/fetchloop.py): a bug that one page sets off
-            # costs that page's rows, not the node.
-            logger.exception("recording %s failed", url)
+            # costs that URL, recorded as such, not the node.
+            logger.exception("recording %s failed", task.url)
+            try:
+                self.unfetched([task], internal_error(exc))
+            except OutputFailed as failed:
+                self._failure = failed
         finally:
             self._slots.release()
             with self._idle:
