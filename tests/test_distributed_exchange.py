@@ -47,6 +47,15 @@ def test_a_node_above_its_share_is_told_to_offer_and_one_below_takes_servers():
     assert exchange.snapshot().pool_hosts == 0
 
 
+def test_no_balancing_until_every_node_has_said_how_much_it_holds():
+    # At the start n1 has not beaten yet: its 600 URLs are not the exchange's to see, and
+    # reading its level as empty would move one of n0's servers to it (and back, a beat later).
+    exchange = Exchange({"h1": "n0", "h2": "n0", "h3": "n1", "h4": "n1"})
+    assert exchange.heartbeat(beat("n0", queued=1200)).offer_urls == 0
+    assert exchange.heartbeat(beat("n1", queued=1200)).offer_urls == 0
+    assert exchange.heartbeat(beat("n0", queued=2400)).offer_urls == 600
+
+
 def test_fair_share_follows_throughput():
     exchange = Exchange({"h1": "n0", "h2": "n1"})
     exchange.heartbeat(beat("n1", queued=0, throughput=30.0))
@@ -145,6 +154,31 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
 def wait_for_the_first_heartbeat(link: PeerLink) -> None:
     """Until the link's first heartbeat is over: its reply applied, its calls counted."""
     wait_until(lambda: link.counters["heartbeats"] == 1 and link.unsent() == 0)
+
+
+def test_throughput_is_reported_unknown_until_the_window_is_full() -> None:
+    # The first beats measure a node's start (a moment after the others', its servers at the
+    # unknown servers' ceiling), not its pace: sent as unknown, an average node's.
+    link, exchange, node = new_link(heartbeat_s=0.02, throughput_window=3)
+    sent: list[float] = []
+    heartbeat = exchange.heartbeat
+
+    def recording(b: Beat) -> Any:
+        sent.append(b.throughput)
+        return heartbeat(b)
+
+    exchange.heartbeat = recording  # type: ignore[method-assign]
+    done = iter(range(0, 10_000, 5))
+    node.status = lambda: NodeStatus(  # type: ignore[method-assign]
+        "n0", 0, 0, 0, 0, 0, None, 0, 0, next(done), 0, link={}
+    )
+    link.start(node)
+    try:
+        wait_until(lambda: len(sent) >= 4)
+    finally:
+        link.stop()
+    assert sent[:2] == [0.0, 0.0]
+    assert all(throughput > 0 for throughput in sent[2:])
 
 
 def test_unbatched_every_url_is_its_own_remote_call_made_by_the_caller():

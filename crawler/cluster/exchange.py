@@ -69,6 +69,7 @@ class Reply:
 class _Level:
     queued: int = 0
     throughput: float = 0.0
+    reported: bool = False  # a heartbeat came: `queued` is the node's, not a placeholder
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,14 @@ class Exchange:
             return Reply(urls=[], hosts=[], offer_urls=0, more=False, new=new)
         level = self.levels.setdefault(beat.node_id, _Level())  # a new node registers itself
         level.queued, level.throughput = beat.queued, beat.throughput
+        level.reported = True
         urls, more = self._deliver(beat.node_id, beat.deliver)
         hosts: list[ServerState] = []
         offer = 0
-        if self.balance:
+        # Not before every node has said how much it holds: a node that has not beaten yet
+        # counts as empty, and the first to beat would hand it a server (which comes back once
+        # its queue shows, a second's pause for that server each way).
+        if self.balance and all(lv.reported for lv in self.levels.values()):
             share = self._fair_share(beat.node_id)
             mine = level.queued + len(urls) + self._inbox_of(beat.node_id)
             if self.pool and mine < share:

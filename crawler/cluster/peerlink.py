@@ -271,10 +271,15 @@ class PeerLink:
             # The reply too is in flight until it is applied (see `unsent`).
             self._in_flight += len(forwarded) + 1
             self.counters["heartbeats"] += 1
+        # Until the window is full it measures the node's start, not its pace: a node started
+        # a moment after the others, its servers still paced at the unknown servers' ceiling,
+        # would read as slow and hand a server over, only for the others to end up with its
+        # work. Unknown counts as an average node (see Exchange._fair_share).
+        measured = len(self._window) == self._window.maxlen
         beat = Beat(
             node_id=node.node_id,
             queued=status.queued,
-            throughput=self.throughput,
+            throughput=self.throughput if measured else 0.0,
             urls=carry,
             batch=self.settings.batch,
             deliver=None if batched else 1,

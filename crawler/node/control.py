@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from crawler.cluster.peerlink import PeerLink
 from crawler.cluster.status import NodeStatus
+from crawler.content.ccindex import load_suffix_list
 from crawler.node.core import NodeCore
 from crawler.node.discovery import Discovery, Skipped
 from crawler.node.fetchloop import FetchLoop
@@ -168,6 +169,7 @@ class CrawlerNode:
     # ---- threads ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        load_suffix_list()  # before any connection opens (see there)
         ticker = self._thread(self._metrics.tick, f"{self.node_id}-metrics")
         ticker.start()
         self._threads.append(ticker)
