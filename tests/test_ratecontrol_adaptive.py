@@ -539,6 +539,29 @@ def test_queueing_delay_estimates_ignore_outliers() -> None:
     assert queueing.unloaded_s == pytest.approx(0.050)
 
 
+@pytest.mark.parametrize(
+    ("spread", "window", "current_ms"), [(0.3, 16, 40.0), (0.5, 33, None), (0.8, 64, 20.0)]
+)
+def test_the_current_rtt_averages_more_pages_where_rtts_spread_wider(
+    spread: float, window: int, current_ms: float | None
+) -> None:
+    # Other users' busy periods swing a server's RTT: R over 16 pages would cross the
+    # setpoint on their swings alone. Its window grows with the square of the spread, so that
+    # its error stays that of 16 pages at REFERENCE_SPREAD, up to four times as many pages.
+    queueing = QueueingDelay(duty=0.2, samples=16, history=256, recent=16)
+    assert queueing.recent_window == 16  # U unknown: no spread yet
+    rng = random.Random(7)
+    for _ in range(256):
+        queueing.observe(0.020 * math.exp(rng.gauss(0.0, spread)), duty=0.0)
+    assert queueing.recent_window == pytest.approx(window, abs=4)
+    # Loaded pages (R only): 48 at 20 ms, then 16 at 40 ms. Over 16 pages R is the last 16's;
+    # over 64 their middle half is all 20 ms.
+    for rtt in [0.020] * 48 + [0.040] * 16:
+        queueing.observe(rtt, duty=0.5)
+    if current_ms is not None:
+        assert queueing.current_s == pytest.approx(current_ms / 1000)
+
+
 @pytest.mark.parametrize(("before", "after"), [(20.0, 10.0), (10.0, 20.0)])
 def test_adaptive_relearns_the_unloaded_rtt_of_a_server_that_changed(
     before: float, after: float
@@ -648,20 +671,25 @@ def test_adaptive_finds_that_a_queue_with_workers_to_spare_can_take_more(
     assert min(rates) >= 29.0
 
 
-@pytest.mark.parametrize(("workers", "least_rate"), [(1, 7.0), (2, 13.5)])
-def test_adaptive_stays_polite_on_a_queue_near_saturation(workers: int, least_rate: float) -> None:
+@pytest.mark.parametrize(("workers", "most_median", "least_rate"), [(1, 1.5, 10.0), (2, 1.3, 20.0)])
+def test_adaptive_stays_polite_on_a_queue_near_saturation(
+    workers: int, most_median: float, least_rate: float
+) -> None:
     # 60% of the workers' capacity taken by other users: each request of the crawler's adds
-    # to their queue and waits in it. Median at most 1.3x the unloaded one (the server as the
-    # crawler finds it, others' load included) in every run. Their busy periods stop the rate
-    # step test as a rise of the crawler's own making would; the line through its pages tells
-    # them apart: 7.2/s and 14.2/s on average over the 400 pages (back to back: 16.0 and
-    # 26.2/s), 6.6 and 13.0/s when a stopped test gave no floor.
+    # to their queue and waits in it. Median at most 1.5x the unloaded one (the server as the
+    # crawler finds it, others' load included) in every run, 1.3x with two workers. Their busy
+    # periods stop the rate step test as a rise of the crawler's own making would; the line
+    # through its pages tells them apart. They swing the RTT widely (log spread 0.7-0.8 with
+    # one worker), and R, averaged over up to 64 pages there instead of 16, no longer brakes
+    # on each swing: 10.8/s and 22.4/s on average over the 400 pages (7.2/s and 14.2/s over 16
+    # pages; back to back: 16.0 and 26.2/s), the medians at most 1.44x and 1.21x (1.3x and
+    # 1.22x over 16 pages; over 30 seeds 1.44x and 1.25x).
     queue = PhysicalQueue(workers, background_load=0.6)
     unloaded = unloaded_median_s(queue)
     rates = []
     for seed in range(6):
         controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
         times, answered = run_physical(controller, queue, pages=400, seed=seed)
-        assert statistics.median(times) <= 1.3 * unloaded, seed
+        assert statistics.median(times) <= most_median * unloaded, seed
         rates.append(400 / (answered[-1] - 1.0))
     assert statistics.mean(rates) >= least_rate

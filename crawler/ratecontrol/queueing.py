@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 
 # The interquartile range of a normal distribution in standard deviations: the spread of log
 # RTT read from its middle half, as robust to outliers as the estimates themselves.
 _IQR_PER_SD = 1.349
+# R is averaged over `recent` pages on a server whose RTTs spread at most this much (log RTT's
+# standard deviation; about 0.3 on websim's formula servers and on its queues when no one else
+# loads them), and over more, up to MAX_RECENT_FACTOR times as many, where they spread wider,
+# so that R's error stays what it is over `recent` pages at this spread. A server kept busy by
+# other users swings its RTT with their busy periods (a one-worker queue at 60% background
+# load: spread 0.7-0.8): averaged over 16 pages, R crossed the setpoint on their swings and
+# braked the crawler to a third of the rate back to back keeps polite (simulated, twelfth
+# round, bench/results/politeness/NOTES.md).
+REFERENCE_SPREAD = 0.35
+MAX_RECENT_FACTOR = 4
 
 
 class QueueingDelay:
@@ -34,7 +45,8 @@ class QueueingDelay:
       (its standard error shrinking as one over the root of the count) and follows a server
       that slows down or speeds up. Never below `floor_s`, what the caller learnt otherwise
       (a server whose RTT does not rise with the rate: the busy share did not stretch it).
-    - Current RTT R: over the last `recent` page RTTs, whatever the load.
+    - Current RTT R: over the last `recent` page RTTs, whatever the load; more on a server
+      whose unloaded RTTs spread wider than REFERENCE_SPREAD (see there).
     """
 
     def __init__(self, duty: float, samples: int, history: int, recent: int) -> None:
@@ -45,7 +57,8 @@ class QueueingDelay:
         # instead of sorted afresh on every read: U is read on every response once every page
         # feeds it, and sorting `history` samples each time was half the controller's CPU.
         self._unloaded_sorted: list[float] = []
-        self._recent: deque[float] = deque(maxlen=recent)
+        self.recent = recent
+        self._recent: deque[float] = deque(maxlen=MAX_RECENT_FACTOR * recent)
         self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
         self.latency_s = 0.0  # the network's round trip, which does not queue
         # (interquartile mean, standard error) of the unloaded samples, None when stale.
@@ -104,8 +117,20 @@ class QueueingDelay:
     @property
     def current_s(self) -> float | None:
         if self._current is None and self._recent:
-            self._current = math.exp(_interquartile_mean(sorted(self._recent)))
+            window = self.recent_window
+            latest = itertools.islice(self._recent, max(0, len(self._recent) - window), None)
+            self._current = math.exp(_interquartile_mean(sorted(latest)))
         return self._current
+
+    @property
+    def recent_window(self) -> int:
+        """The pages R is averaged over: `recent`, or more where the RTTs spread wider than
+        REFERENCE_SPREAD (once U is known)."""
+        if not self.known:
+            return self.recent
+        spread = self._stats()[1] * math.sqrt(len(self._unloaded))
+        factor = min(float(MAX_RECENT_FACTOR), max(1.0, (spread / REFERENCE_SPREAD) ** 2))
+        return round(self.recent * factor)
 
 
 def _middle_half(ordered: list[float]) -> list[float]:
