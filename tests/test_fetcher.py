@@ -350,3 +350,62 @@ def test_the_request_asks_only_for_the_encodings_the_limits_hold_for(hostile_web
     finally:
         session.close()
     assert result.request_headers["Accept-Encoding"] == "gzip, deflate"
+
+
+@pytest.fixture
+def request_heads():
+    """A keep-alive server on loopback: its port, and the head of each request it answered
+    (those that bring no cookie are answered with one)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    heads: list[bytes] = []
+
+    def answer(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("rb") as reader:
+            while True:
+                lines = []
+                while (line := reader.readline()) not in (b"", b"\r\n"):
+                    lines.append(line)
+                if not line:  # the client closed the connection
+                    return
+                head = b"".join(lines)
+                heads.append(head)
+                cookie = b"" if b"\r\nCookie:" in head else b"Set-Cookie: k=v\r\n"
+                conn.sendall(b"HTTP/1.1 200 OK\r\n" + cookie + b"Content-Length: 0\r\n\r\n")
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn = listener.accept()[0]
+                conn.settimeout(10)
+                threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1], heads
+    listener.close()
+
+
+def test_requests_are_what_requests_session_get_sends(request_heads):
+    """ServerSession prepares its GETs itself (for CPU): the same request heads as
+    `requests.Session.get` with the same session, its cookies and a conditional header
+    included."""
+    port, heads = request_heads
+    url = f"http://127.0.0.1:{port}/a%20b/c?q=1"
+    conditional = {"If-None-Match": '"v1"'}
+    session = ServerSession(CONFIG)
+    try:
+        for headers in (None, conditional):
+            session.get(url, headers)
+    finally:
+        session.close()
+    reference = ServerSession(CONFIG)._session
+    try:
+        for headers in (None, conditional):
+            reference.get(url, headers=headers, allow_redirects=False, timeout=10).close()
+    finally:
+        reference.close()
+    assert len(heads) == 4
+    assert heads[0].startswith(b"GET /a%20b/c?q=1 HTTP/1.1\r\n")
+    assert b"\r\nCookie: k=v\r\n" in heads[1]
+    assert b'\r\nIf-None-Match: "v1"\r\n' in heads[1]
+    assert heads[2:] == heads[:2]
