@@ -36,6 +36,7 @@ from crawler.cluster.coordinator import CrawlFailed, NodeLost  # noqa: E402
 from crawler.cluster.dedup import BloomShard  # noqa: E402
 from crawler.cluster.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
 from crawler.cluster.peerlink import PeerLink  # noqa: E402
+from crawler.cluster.settings import ExchangeSettings  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
 from crawler.scheduling.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
@@ -190,6 +191,19 @@ class RayFilterShard:
 
     def check_and_add(self, urls: list[str]) -> list[bool]:
         return ray.get(self.actor.check_and_add.remote(urls))
+
+
+class ExchangeWithFilter(Exchange):
+    """The exchange actor holding the Bloom filter itself, when it is one shard (`[dedup]
+    shards`, 1 by default): an actor of its own would cost a process idling beside the crawl
+    (6 ms of CPU a second) and a remote call on each side (about 1 ms each) for every batch of
+    URLs the exchange checks, to look them up in microseconds (2 of the 158 CPU-seconds of a
+    20,000-page crawl; bench/results/cpu_per_page/NOTES.md)."""
+
+    def __init__(
+        self, owner: dict[str, str], capacity: int, fp_rate: float, settings: ExchangeSettings
+    ) -> None:
+        super().__init__(owner, shards=[BloomShard(capacity, fp_rate)], settings=settings)
 
 
 class LinkedCrawlerNode(CrawlerNode):
@@ -352,21 +366,31 @@ class RayFleet(Fleet):
         beside_driver = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
         )
-        self.shards = [
-            ray.remote(BloomShard)
-            .options(num_cpus=0, scheduling_strategy=beside_driver)
-            .remote(plan.shard_capacity, config.dedup.fp_rate)
-            for _ in range(config.dedup.shards)
-        ]
-        self.exchange_actor = (
-            ray.remote(Exchange)
-            .options(num_cpus=0, scheduling_strategy=beside_driver)
-            .remote(
-                plan.owner,
-                shards=[RayFilterShard(shard) for shard in self.shards],
-                settings=config.exchange,
+        shared = {"num_cpus": 0, "scheduling_strategy": beside_driver}
+        self.shards: list[Any] = []
+        self.exchange_actor: Any
+        if config.dedup.shards == 1:
+            self.exchange_actor = (
+                ray.remote(ExchangeWithFilter)
+                .options(**shared)
+                .remote(plan.owner, plan.shard_capacity, config.dedup.fp_rate, config.exchange)
             )
-        )
+        else:
+            self.shards = [
+                ray.remote(BloomShard)
+                .options(**shared)
+                .remote(plan.shard_capacity, config.dedup.fp_rate)
+                for _ in range(config.dedup.shards)
+            ]
+            self.exchange_actor = (
+                ray.remote(Exchange)
+                .options(**shared)
+                .remote(
+                    plan.owner,
+                    shards=[RayFilterShard(shard) for shard in self.shards],
+                    settings=config.exchange,
+                )
+            )
         self._exchange = RayExchange(self.exchange_actor)
         # Connected before the coordinator starts them (see RayNode.connect), all at once.
         ray.get([node.actor.connect.remote(self.exchange_actor) for node in self.launched])

@@ -36,6 +36,19 @@ logger = logging.getLogger(__name__)
 SEED_LOT = 5_000
 
 
+# Between two looks at the nodes, at most this share of the time since the crawl started: the
+# end of a crawl is seen within that share of its length (two looks see it quiet), while a
+# long crawl is not looked at four times a second throughout (each look is a remote call to
+# every node and to the exchange, answered by each).
+POLL_SHARE = 0.01
+
+
+def poll_interval(elapsed_s: float, poll_s: float, max_poll_s: float) -> float:
+    """Seconds until the next look, `elapsed_s` into the crawl: POLL_SHARE of it, within
+    [`poll_s`, `max_poll_s`]."""
+    return min(max_poll_s, max(poll_s, POLL_SHARE * elapsed_s))
+
+
 class CrawlFailed(RuntimeError):
     """The crawl cannot go on: a node hit a bug, or no node is left to take over. What the
     nodes committed stays; a rerun with the same crawl id resumes from it."""
@@ -193,10 +206,13 @@ class Coordinator:
         progress_every_s: float = 2.0,
         max_s: float | None = None,
         deadline_s: float | None = None,
+        max_poll_s: float | None = None,
     ) -> Progress:
         """Until the crawl is over, or `max_s` seconds after the start (benchmarks stop
         watching), or `deadline_s` seconds after the start: then the nodes stop and record
-        what they hold as left at the deadline (`expire`), for a resumed run."""
+        what they hold as left at the deadline (`expire`), for a resumed run. The nodes and
+        the exchange are looked at every `poll_s`, or, given `max_poll_s`, every
+        POLL_SHARE of the time since the start within those bounds (see `poll_interval`)."""
         last_report = time.monotonic()
         previous_activity: int | None = None
         while True:
@@ -228,7 +244,7 @@ class Coordinator:
                 self._finish()
                 return progress
             previous_activity = activity
-            time.sleep(poll_s)
+            time.sleep(poll_interval(progress.elapsed_s, poll_s, max_poll_s or poll_s))
 
     def _statuses(self) -> list[NodeStatus]:
         statuses = []
