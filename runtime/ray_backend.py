@@ -34,9 +34,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noq
 
 from crawler.cluster.coordinator import CrawlFailed, NodeLost  # noqa: E402
 from crawler.cluster.dedup import BloomShard  # noqa: E402
-from crawler.cluster.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
+from crawler.cluster.exchange import (  # noqa: E402
+    Beat,
+    Exchange,
+    ExchangeSnapshot,
+    ExchangeWithFilter,
+    Reply,
+)
 from crawler.cluster.peerlink import PeerLink  # noqa: E402
-from crawler.cluster.settings import ExchangeSettings  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
 from crawler.scheduling.server import Item, ServerState  # noqa: E402
 from runtime.fleet import Fleet, FleetPlan  # noqa: E402
@@ -191,19 +196,6 @@ class RayFilterShard:
 
     def check_and_add(self, urls: list[str]) -> list[bool]:
         return ray.get(self.actor.check_and_add.remote(urls))
-
-
-class ExchangeWithFilter(Exchange):
-    """The exchange actor holding the Bloom filter itself, when it is one shard (`[dedup]
-    shards`, 1 by default): an actor of its own would cost a process idling beside the crawl
-    (6 ms of CPU a second) and a remote call on each side (about 1 ms each) for every batch of
-    URLs the exchange checks, to look them up in microseconds (2 of the 158 CPU-seconds of a
-    20,000-page crawl; bench/results/cpu_per_page/NOTES.md)."""
-
-    def __init__(
-        self, owner: dict[str, str], capacity: int, fp_rate: float, settings: ExchangeSettings
-    ) -> None:
-        super().__init__(owner, shards=[BloomShard(capacity, fp_rate)], settings=settings)
 
 
 class LinkedCrawlerNode(CrawlerNode):

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crawler.cluster.dedup import split_by_shard
+from crawler.cluster.dedup import BloomShard, split_by_shard
 from crawler.cluster.settings import ExchangeSettings
 from crawler.scheduling.server import Item, ServerState
 from crawler.scope.urls import server_of
@@ -259,3 +259,20 @@ class Exchange:
         self.moved_hosts += len(taken)
         self.ops += bool(taken)
         return taken
+
+
+class ExchangeWithFilter(Exchange):
+    """The exchange holding the Bloom filter itself, when it is one shard (`[dedup] shards`, 1
+    by default): the flow's exchange actor. A shard actor of its own would cost a Ray worker
+    process idling beside the crawl (6 ms of CPU a second) and a remote call on each side,
+    about 1 ms of CPU each, for every batch of URLs checked, to look them up in microseconds
+    (bench/results/cpu_per_page/NOTES.md, 2026-11-28)."""
+
+    def __init__(
+        self,
+        owner: dict[str, str],
+        capacity: int,
+        fp_rate: float,
+        settings: ExchangeSettings | None = None,
+    ) -> None:
+        super().__init__(owner, shards=[BloomShard(capacity, fp_rate)], settings=settings)
