@@ -221,16 +221,22 @@ class Coordinator:
             statuses = self._statuses()
             if self._lost:
                 continue
-            snapshot = self.exchange.snapshot()
             if self.max_pages is not None:
                 self._rebalance_budget(statuses)
             progress = self._progress(statuses)
             if on_progress is not None and time.monotonic() - last_report >= progress_every_s:
                 on_progress(progress)
                 last_report = time.monotonic()
-            self._consider_surcharge(progress, snapshot)
-            activity = sum(s.activity for s in statuses) + snapshot.ops
-            quiet = not self._lost and self._quiet(statuses, snapshot)
+            # The exchange is asked only once the nodes look done (or for a surcharge plan's
+            # projection): while a node works the crawl is not over, whatever the exchange
+            # holds, and most polls of a crawl find a node at work.
+            quiet = not self._lost and self._nodes_quiet(statuses)
+            activity: int | None = None
+            if quiet or self.surcharge is not None:
+                snapshot = self.exchange.snapshot()
+                self._consider_surcharge(progress, snapshot)
+                quiet = quiet and not (snapshot.inbox_urls or snapshot.pool_urls)
+                activity = sum(s.activity for s in statuses) + snapshot.ops
             over = max_s is not None and progress.elapsed_s >= max_s
             if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
                 self.left_at_deadline = sum(
@@ -240,10 +246,11 @@ class Coordinator:
                     "deadline of %.0fs reached: %d URLs left", deadline_s, self.left_at_deadline
                 )
                 over = True
+            # Over once two looks in a row find everything quiet, and nothing done between.
             if over or (quiet and activity == previous_activity):
                 self._finish()
                 return progress
-            previous_activity = activity
+            previous_activity = activity if quiet else None
             time.sleep(poll_interval(progress.elapsed_s, poll_s, max_poll_s or poll_s))
 
     def _statuses(self) -> list[NodeStatus]:
@@ -260,9 +267,8 @@ class Coordinator:
             statuses.append(status)
         return statuses
 
-    def _quiet(self, statuses: list[NodeStatus], snapshot: ExchangeSnapshot) -> bool:
-        if snapshot.inbox_urls or snapshot.pool_urls:
-            return False
+    def _nodes_quiet(self, statuses: list[NodeStatus]) -> bool:
+        """No node fetching, holding URLs for others, or able to go on with its queue."""
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
             if status.active or status.held_for_peers:
