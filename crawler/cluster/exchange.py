@@ -263,10 +263,10 @@ class Exchange:
 
 class ExchangeWithFilter(Exchange):
     """The exchange holding the Bloom filter itself, when it is one shard (`[dedup] shards`, 1
-    by default): the flow's exchange actor. A shard actor of its own would cost a Ray worker
-    process idling beside the crawl (6 ms of CPU a second) and a remote call on each side,
-    about 1 ms of CPU each, for every batch of URLs checked, to look them up in microseconds
-    (bench/results/cpu_per_page/NOTES.md, 2026-11-28)."""
+    by default): the flow's exchange actor. A shard actor of its own costs a Ray worker
+    process, started and then idling beside the crawl (1.5-1.8 CPU-s of a 20,000-page crawl),
+    and a remote call on each side for every batch of URLs checked, to look up a few thousand
+    URLs in microseconds each (bench/results/cpu_per_page/NOTES.md, 2026-11-28)."""
 
     def __init__(
         self,
