@@ -39,7 +39,7 @@ SEED_LOT = 5_000
 # Between two looks at the nodes, at most this share of the time since the crawl started: the
 # end of a crawl is seen within that share of its length (two looks see it quiet), while a
 # long crawl is not looked at four times a second throughout (each look is a remote call to
-# every node and to the exchange, answered by each).
+# every node, answered by each).
 POLL_SHARE = 0.01
 
 
