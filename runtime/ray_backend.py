@@ -34,7 +34,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noq
 
 from crawler.cluster.coordinator import CrawlFailed, NodeLost  # noqa: E402
 from crawler.cluster.dedup import BloomShard  # noqa: E402
-from crawler.cluster.exchange import Beat, Exchange, ExchangeSnapshot, Reply  # noqa: E402
+from crawler.cluster.exchange import (  # noqa: E402
+    Beat,
+    Exchange,
+    ExchangeSnapshot,
+    ExchangeWithFilter,
+    Reply,
+)
 from crawler.cluster.peerlink import PeerLink  # noqa: E402
 from crawler.node import CrawlerNode, NodeSettings, NodeStatus  # noqa: E402
 from crawler.scheduling.server import Item, ServerState  # noqa: E402
@@ -352,21 +358,31 @@ class RayFleet(Fleet):
         beside_driver = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
         )
-        self.shards = [
-            ray.remote(BloomShard)
-            .options(num_cpus=0, scheduling_strategy=beside_driver)
-            .remote(plan.shard_capacity, config.dedup.fp_rate)
-            for _ in range(config.dedup.shards)
-        ]
-        self.exchange_actor = (
-            ray.remote(Exchange)
-            .options(num_cpus=0, scheduling_strategy=beside_driver)
-            .remote(
-                plan.owner,
-                shards=[RayFilterShard(shard) for shard in self.shards],
-                settings=config.exchange,
+        shared = {"num_cpus": 0, "scheduling_strategy": beside_driver}
+        self.shards: list[Any] = []
+        self.exchange_actor: Any
+        if config.dedup.shards == 1:
+            self.exchange_actor = (
+                ray.remote(ExchangeWithFilter)
+                .options(**shared)
+                .remote(plan.owner, plan.shard_capacity, config.dedup.fp_rate, config.exchange)
             )
-        )
+        else:
+            self.shards = [
+                ray.remote(BloomShard)
+                .options(**shared)
+                .remote(plan.shard_capacity, config.dedup.fp_rate)
+                for _ in range(config.dedup.shards)
+            ]
+            self.exchange_actor = (
+                ray.remote(Exchange)
+                .options(**shared)
+                .remote(
+                    plan.owner,
+                    shards=[RayFilterShard(shard) for shard in self.shards],
+                    settings=config.exchange,
+                )
+            )
         self._exchange = RayExchange(self.exchange_actor)
         # Connected before the coordinator starts them (see RayNode.connect), all at once.
         ray.get([node.actor.connect.remote(self.exchange_actor) for node in self.launched])

@@ -24,8 +24,10 @@ from runtime.fleet import Fleet
 from storage.bucket import Bucket, gather, is_remote, local_root
 from storage.checkpoint import Checkpoint
 
-# Seconds between the driver's looks at the nodes and the exchange (see drive_crawl).
+# Seconds between the driver's looks at the nodes and the exchange at the start of a crawl, and
+# at most later on (see drive_crawl).
 POLL_S = 0.25
+MAX_POLL_S = 1.0
 
 
 @task(name="crawl", cache_policy=NO_CACHE)
@@ -86,13 +88,19 @@ def drive_crawl(
 
     # Nodes route discovered URLs to each other over their peer links
     # (crawler/cluster/peerlink.py), the only routing path: the driver only watches, so it need
-    # not poll often. Each poll is a remote call to every node and to the exchange: polling
-    # every 0.1 s, the command and the exchange used 45 and 25 CPU-s of a 20,000-page crawl
-    # that took 30 min on a loaded machine (bench/results/cpu_per_page/NOTES.md). The end of a
-    # crawl is seen at most POLL_S after it.
+    # not poll often. Each poll is a remote call to every node (and to the exchange once they
+    # look done), each about a millisecond of CPU on both sides: polling every 0.1 s, the
+    # command and the exchange
+    # used 45 and 25 CPU-s of a 20,000-page crawl that took 30 min on a loaded machine
+    # (bench/results/cpu_per_page/NOTES.md). The polls start POLL_S apart, so that a short
+    # crawl's end is seen at once, and space out to 1% of the time elapsed, up to MAX_POLL_S
+    # (progress is still reported every 2 s; a node that dies is seen within a second).
     try:
         final = coordinator.run(
-            poll_s=POLL_S, on_progress=report, deadline_s=config.limits.deadline_s
+            poll_s=POLL_S,
+            max_poll_s=MAX_POLL_S,
+            on_progress=report,
+            deadline_s=config.limits.deadline_s,
         )
     except CrawlFailed as exc:
         raise CrawlFailed(

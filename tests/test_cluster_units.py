@@ -1,6 +1,7 @@
 """The cluster code without a cluster: how a node call that fails or hangs on a lost machine
-ends (runtime.ray_backend.RayNode, over a stand-in for Ray), and what code the command gives
-the cluster's workers (runtime.ray_backend.cluster_runtime_env)."""
+ends (runtime.ray_backend.RayNode, over a stand-in for Ray), what code the command gives
+the cluster's workers (runtime.ray_backend.cluster_runtime_env), and how often the coordinator
+looks at the nodes (crawler.cluster.coordinator.poll_interval)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 
-from crawler.cluster.coordinator import CrawlFailed, NodeLost
+from crawler.cluster.coordinator import CrawlFailed, NodeLost, poll_interval
 from runtime import ray_backend
 from runtime.ray_backend import RAY_JOB_CONFIG, RayNode, cluster_runtime_env
 
@@ -137,3 +138,16 @@ def test_a_job_with_only_libraries_still_gets_the_code(monkeypatch: pytest.Monke
     monkeypatch.setenv(RAY_JOB_CONFIG, json.dumps({"runtime_env": {"pip": ["duckdb"]}}))
     env = cluster_runtime_env()
     assert env is not None and len(env["py_modules"]) == len(ray_backend.CODE_PACKAGES)
+
+
+def test_the_polls_space_out_with_the_crawl_up_to_their_bound() -> None:
+    # A short crawl is looked at every poll_s, so that its end is seen at once; a long one at
+    # 1% of its time so far, at most every max_poll_s.
+    assert [poll_interval(elapsed, 0.25, 1.0) for elapsed in (0.0, 10.0, 50.0, 100.0, 900.0)] == [
+        0.25,
+        0.25,
+        0.5,
+        1.0,
+        1.0,
+    ]
+    assert poll_interval(500.0, 0.02, 0.02) == 0.02  # no bound above poll_s: every poll_s

@@ -218,6 +218,9 @@ def test_a_killed_node_actor_loses_nothing_and_nothing_is_fetched_twice(
                 config={
                     "output": {"write_interval_s": 0.2, "write_batch_rows": BATCH_ROWS},
                     "exchange": {"heartbeat_s": 0.1},
+                    # Two Bloom filter shard actors: with one (the default, the other Ray
+                    # tests) the filter lives in the exchange's actor.
+                    "dedup": {"shards": 2},
                 },
             )
         )

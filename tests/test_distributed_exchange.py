@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from crawler.cluster.dedup import BloomShard
-from crawler.cluster.exchange import Beat, Exchange
+from crawler.cluster.exchange import Beat, Exchange, ExchangeWithFilter
 from crawler.cluster.peerlink import PeerLink
 from crawler.cluster.settings import DedupSettings, ExchangeSettings
 from crawler.node import NodeStatus
@@ -133,8 +132,9 @@ class FakeNode:
 def new_link(
     cache_size: int = DedupSettings().cache_size, **settings: Any
 ) -> tuple[PeerLink, Exchange, FakeNode]:
-    """A link not started yet, to node n0."""
-    exchange = Exchange({"h1": "n0", "h2": "n1"}, shards=[BloomShard(10_000, 1e-6)])
+    """A link not started yet, to node n0, through an exchange holding its filter (the flow's
+    with one shard)."""
+    exchange = ExchangeWithFilter({"h1": "n0", "h2": "n1"}, 10_000, 1e-6)
     return PeerLink(ExchangeSettings(**settings), cache_size, exchange), exchange, FakeNode()
 
 

@@ -36,6 +36,19 @@ logger = logging.getLogger(__name__)
 SEED_LOT = 5_000
 
 
+# Between two looks at the nodes, at most this share of the time since the crawl started: the
+# end of a crawl is seen within that share of its length (two looks see it quiet), while a
+# long crawl is not looked at four times a second throughout (each look is a remote call to
+# every node, answered by each).
+POLL_SHARE = 0.01
+
+
+def poll_interval(elapsed_s: float, poll_s: float, max_poll_s: float) -> float:
+    """Seconds until the next look, `elapsed_s` into the crawl: POLL_SHARE of it, within
+    [`poll_s`, `max_poll_s`]."""
+    return min(max_poll_s, max(poll_s, POLL_SHARE * elapsed_s))
+
+
 class CrawlFailed(RuntimeError):
     """The crawl cannot go on: a node hit a bug, or no node is left to take over. What the
     nodes committed stays; a rerun with the same crawl id resumes from it."""
@@ -193,10 +206,13 @@ class Coordinator:
         progress_every_s: float = 2.0,
         max_s: float | None = None,
         deadline_s: float | None = None,
+        max_poll_s: float | None = None,
     ) -> Progress:
         """Until the crawl is over, or `max_s` seconds after the start (benchmarks stop
         watching), or `deadline_s` seconds after the start: then the nodes stop and record
-        what they hold as left at the deadline (`expire`), for a resumed run."""
+        what they hold as left at the deadline (`expire`), for a resumed run. The nodes and
+        the exchange are looked at every `poll_s`, or, given `max_poll_s`, every
+        POLL_SHARE of the time since the start within those bounds (see `poll_interval`)."""
         last_report = time.monotonic()
         previous_activity: int | None = None
         while True:
@@ -205,16 +221,22 @@ class Coordinator:
             statuses = self._statuses()
             if self._lost:
                 continue
-            snapshot = self.exchange.snapshot()
             if self.max_pages is not None:
                 self._rebalance_budget(statuses)
             progress = self._progress(statuses)
             if on_progress is not None and time.monotonic() - last_report >= progress_every_s:
                 on_progress(progress)
                 last_report = time.monotonic()
-            self._consider_surcharge(progress, snapshot)
-            activity = sum(s.activity for s in statuses) + snapshot.ops
-            quiet = not self._lost and self._quiet(statuses, snapshot)
+            # The exchange is asked only once the nodes look done (or for a surcharge plan's
+            # projection): while a node works the crawl is not over, whatever the exchange
+            # holds, and most polls of a crawl find a node at work.
+            quiet = not self._lost and self._nodes_quiet(statuses)
+            activity: int | None = None
+            if quiet or self.surcharge is not None:
+                snapshot = self.exchange.snapshot()
+                self._consider_surcharge(progress, snapshot)
+                quiet = quiet and not (snapshot.inbox_urls or snapshot.pool_urls)
+                activity = sum(s.activity for s in statuses) + snapshot.ops
             over = max_s is not None and progress.elapsed_s >= max_s
             if deadline_s is not None and progress.elapsed_s >= deadline_s and not quiet:
                 self.left_at_deadline = sum(
@@ -224,11 +246,12 @@ class Coordinator:
                     "deadline of %.0fs reached: %d URLs left", deadline_s, self.left_at_deadline
                 )
                 over = True
+            # Over once two looks in a row find everything quiet, and nothing done between.
             if over or (quiet and activity == previous_activity):
                 self._finish()
                 return progress
-            previous_activity = activity
-            time.sleep(poll_s)
+            previous_activity = activity if quiet else None
+            time.sleep(poll_interval(progress.elapsed_s, poll_s, max_poll_s or poll_s))
 
     def _statuses(self) -> list[NodeStatus]:
         statuses = []
@@ -244,9 +267,8 @@ class Coordinator:
             statuses.append(status)
         return statuses
 
-    def _quiet(self, statuses: list[NodeStatus], snapshot: ExchangeSnapshot) -> bool:
-        if snapshot.inbox_urls or snapshot.pool_urls:
-            return False
+    def _nodes_quiet(self, statuses: list[NodeStatus]) -> bool:
+        """No node fetching, holding URLs for others, or able to go on with its queue."""
         budget_left = self.max_pages is None or self.unassigned_budget > 0
         for status in statuses:
             if status.active or status.held_for_peers:

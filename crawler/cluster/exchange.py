@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crawler.cluster.dedup import split_by_shard
+from crawler.cluster.dedup import BloomShard, split_by_shard
 from crawler.cluster.settings import ExchangeSettings
 from crawler.scheduling.server import Item, ServerState
 from crawler.scope.urls import server_of
@@ -264,3 +264,20 @@ class Exchange:
         self.moved_hosts += len(taken)
         self.ops += bool(taken)
         return taken
+
+
+class ExchangeWithFilter(Exchange):
+    """The exchange holding the Bloom filter itself, when it is one shard (`[dedup] shards`, 1
+    by default): the flow's exchange actor. A shard actor of its own costs a Ray worker
+    process, started and then idling beside the crawl (1.5-1.8 CPU-s of a 20,000-page crawl),
+    and a remote call on each side for every batch of URLs checked, to look up a few thousand
+    URLs in microseconds each (bench/results/cpu_per_page/NOTES.md, 2026-11-28)."""
+
+    def __init__(
+        self,
+        owner: dict[str, str],
+        capacity: int,
+        fp_rate: float,
+        settings: ExchangeSettings | None = None,
+    ) -> None:
+        super().__init__(owner, shards=[BloomShard(capacity, fp_rate)], settings=settings)
