@@ -61,7 +61,7 @@ class QueueingDelay:
         self._recent: deque[float] = deque(maxlen=MAX_RECENT_FACTOR * recent)
         self.floor_s = 0.0  # a lower bound on U the caller has learnt otherwise
         self.latency_s = 0.0  # the network's round trip, which does not queue
-        # (interquartile mean, standard error) of the unloaded samples, None when stale.
+        # (interquartile mean, spread) of the log unloaded samples, None when stale.
         self._unloaded_stats: tuple[float, float] | None = None
         # R, None when stale: read several times per response by the controller.
         self._current: float | None = None
@@ -98,8 +98,7 @@ class QueueingDelay:
         if self._unloaded_stats is None:
             middle = _middle_half(self._unloaded_sorted)
             spread = (middle[-1] - middle[0]) / _IQR_PER_SD
-            mean = sum(middle) / len(middle)
-            self._unloaded_stats = (mean, spread / math.sqrt(len(self._unloaded)))
+            self._unloaded_stats = (sum(middle) / len(middle), spread)
         return self._unloaded_stats
 
     @property
@@ -112,7 +111,9 @@ class QueueingDelay:
     def unloaded_error(self) -> float:
         """The standard error of log U (its spread over the root of the sample count); 0
         before the first sample."""
-        return self._stats()[1] if self._unloaded else 0.0
+        if not self._unloaded:
+            return 0.0
+        return self._stats()[1] / math.sqrt(len(self._unloaded))
 
     @property
     def current_s(self) -> float | None:
@@ -128,7 +129,7 @@ class QueueingDelay:
         REFERENCE_SPREAD (once U is known)."""
         if not self.known:
             return self.recent
-        spread = self._stats()[1] * math.sqrt(len(self._unloaded))
+        spread = self._stats()[1]
         factor = min(float(MAX_RECENT_FACTOR), max(1.0, (spread / REFERENCE_SPREAD) ** 2))
         return round(self.recent * factor)
 
