@@ -91,9 +91,10 @@ def drive_crawl(
     # not poll often. Each poll is a remote call to every node (and to the exchange once they
     # look done), each about a millisecond of CPU on both sides: polling every 0.1 s, the
     # command and the exchange used 45 and 25 CPU-s of a 20,000-page crawl that took 30 min on
-    # a loaded machine (bench/results/cpu_per_page/NOTES.md). The polls start POLL_S apart, so that a short
-    # crawl's end is seen at once, and space out to 1% of the time elapsed, up to MAX_POLL_S
-    # (progress is still reported every 2 s; a node that dies is seen within a second).
+    # a loaded machine (bench/results/cpu_per_page/NOTES.md). The polls start POLL_S apart, so
+    # that a short crawl's end is seen at once, and space out to 1% of the time elapsed, up to
+    # MAX_POLL_S (progress is still reported every 2 s; a node that dies is seen within a
+    # second).
     try:
         final = coordinator.run(
             poll_s=POLL_S,
