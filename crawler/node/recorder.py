@@ -96,10 +96,9 @@ class Recorder:
         time of this call. A full queue records the page here. `flush` waits for the pages
         handed over before it; an output failure on a worker is raised by the next call, and a
         bug that one page sets off there gives its URL an internal_error row, as on the fetch
-        path. A page with
-        [extract] fields is recorded here: its parsed document (lxml, about 40 times the page's
-        size), which they read, must not wait beside those the connections hold; so is a page
-        of more than RECORD_MAX_LINKS links."""
+        path. A page with [extract] fields is recorded here: its parsed document (lxml, about
+        40 times the page's size), which they read, must not wait beside those the connections
+        hold; so is a page of more than RECORD_MAX_LINKS links."""
         if self._failure is not None:
             raise self._failure
         fetch_time = datetime.now(UTC)
