@@ -508,8 +508,8 @@ class _NoRedirectSession(requests.Session):
 class ServerSession:
     """One keep-alive connection's worth of state for one server.
 
-    Exactly one connection per server: the pool holds a single connection and requests over it
-    are sequential, so the server sees the crawler as one polite client.
+    The pool holds a single connection and requests over it are sequential; a node opens a
+    second session to a server only where its rate controller allows two requests in flight.
     """
 
     def __init__(self, settings: FetchSettings) -> None:
@@ -532,6 +532,10 @@ class ServerSession:
         """Connect to `address` (checked by the address guard) instead of resolving the
         server's name again; None resolves as usual."""
         self._adapter.pinned_address = address
+
+    @property
+    def pinned_address(self) -> str | None:
+        return self._adapter.pinned_address
 
     def get(
         self, url: str, headers: dict[str, str] | None = None, time_limit_s: float | None = None

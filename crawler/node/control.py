@@ -213,6 +213,7 @@ class CrawlerNode:
         self.core.stop()
         for thread in self._threads:
             thread.join()
+        self.loop.close()
 
     def expire(self) -> int:
         """The deadline: stop fetching (fetches under way end first), record every URL still

@@ -54,7 +54,9 @@ class NodeCore:
         self.strip_params = ParamStripper(config.limits.strip_params)
         self.revisits = settings.revisits
         self._quality = make_quality_model(config.scheduling.policy, config.scheduling.quality_file)
-        self._sessions: dict[str, ServerSession] = {}  # this node's connection to each server
+        # This node's connections to each server: (host, lane), lane 1 beside lane 0 only
+        # where two requests may be in flight.
+        self._sessions: dict[tuple[str, int], ServerSession] = {}
         # New URLs it may still start: the driver grants pages (--max-pages) and takes back
         # what an idle node holds; without --max-pages it never runs out.
         self._unlimited = settings.page_budget is None
@@ -112,8 +114,9 @@ class NodeCore:
         for server in servers:
             # Idle: its heap entries go stale and no worker takes it again.
             self.frontier.remove(server)
-            if (session := self._sessions.pop(server.host, None)) is not None:
-                session.close()  # one connection per server: ours goes
+            for lane in (0, 1):
+                if (session := self._sessions.pop((server.host, lane), None)) is not None:
+                    session.close()  # its connections go with it
             server.depart(now)
         if servers:
             self._counters.activity += 1
@@ -132,11 +135,14 @@ class NodeCore:
         self.frontier.release(server)
         self._active -= 1
 
-    def session(self, server: ServerState) -> ServerSession:
-        """This node's connection to a server, made on first use. Without the lock: only the
-        worker holding the server uses it (the frontier gives a server to one at a time)."""
-        if (session := self._sessions.get(server.host)) is None:
-            session = self._sessions[server.host] = ServerSession(self.config.fetch)
+    def session(self, server: ServerState, lane: int = 0) -> ServerSession:
+        """This node's connection to a server, made on first use: lane 0 the worker's, lane 1
+        its second lane's, to the address lane 0 is pinned to. Without the lock: only the
+        worker holding the server uses them (the frontier gives a server to one at a time)."""
+        if (session := self._sessions.get((server.host, lane))) is None:
+            session = self._sessions[(server.host, lane)] = ServerSession(self.config.fetch)
+        if lane:
+            session.pin(self.session(server).pinned_address)
         return session
 
     def close_sessions(self) -> None:

@@ -1,6 +1,8 @@
 """The fetch loop: each worker thread is one of the node's connections. It takes the best
 server the frontier offers, makes up to P(s,i) requests to it over that server's keep-alive
-session at the pace its rate controller allows, and gives it back.
+session at the pace its rate controller allows, and gives it back. Where the controller allows
+two requests in flight (docs/rate-control.md), a second lane makes some of those requests over
+a second connection beside it, and the worker gives the server back once both are done.
 
 Read top-down: `work` (one thread), `serve` (one connection), `fetch` (one URL); then what a
 connection needs besides pages (the address check, robots.txt, sitemaps) and the pieces the
@@ -14,6 +16,7 @@ import math
 import random
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from crawler.fetching.fetcher import FetchResult, ServerSession
@@ -52,6 +55,19 @@ class Answer:
 # A worker holding a server sleeps until its next request only if that is this close; a longer
 # wait gives the connection slot to another server (politeness must not idle the node).
 LINGER_S = 0.25
+
+
+@dataclass(slots=True)
+class Connection:
+    """One connection's worth of work on a server, shared by its lanes (the worker's, and a
+    second one while two requests may be in flight): the requests left of its P(s,i), whether
+    it has ended (a lane saw no more URLs due, or a reason to close), and the second lane."""
+
+    left: int
+    ended: bool = False
+    second: Future[None] | None = None
+
+
 # Pages parsed at once per node: parsing a page costs about 40 times its size while it lasts
 # (80 MB for a page of 100,000 links), so with one parse per connection the node's memory
 # would follow its connections. Two keep a node's share of the CPU (docs/scheduling.md#bounds).
@@ -74,6 +90,10 @@ class FetchLoop:
         self._guard = AddressGuard(allow_private, resolve=core.config.fetch.resolve)
         self._retry = RetryPolicy(core.config.retry, random.Random(core.node_id))
         self._parsing = threading.BoundedSemaphore(PARSE_SLOTS)
+        # At most one second lane per worker.
+        self._second_lanes = ThreadPoolExecutor(
+            core.config.scheduling.max_connections, thread_name_prefix=f"{core.node_id}-lane"
+        )
         # Mode "rtt": docs/rate-control.md's MaxRequestCount over all of this node's connections.
         self._in_flight = make_in_flight_limit(
             core.config.rate_control, core.config.scheduling.max_connections, time.monotonic()
@@ -101,6 +121,10 @@ class FetchLoop:
                     self._handover.connection_closed(server)
                     core.changed()
 
+    def close(self) -> None:
+        """The workers have stopped (each waits for its second lane first)."""
+        self._second_lanes.shutdown()
+
     def serve(self, server: ServerState) -> None:
         """One connection's worth of work on one server."""
         session = self._core.session(server)
@@ -110,13 +134,45 @@ class FetchLoop:
             return
         if server.robots is None and not self._load_robots(server, session):
             return
-        for _ in range(server.batch):
+        connection = Connection(server.batch)
+        try:
+            self.lane(server, session, connection, first=True)
+        finally:
+            connection.ended = True
+            if connection.second is not None:
+                connection.second.result()  # its OutputFailed stops the node as the worker's
+
+    def lane(
+        self, server: ServerState, session: ServerSession, connection: Connection, first: bool
+    ) -> None:
+        """Requests to the server over one connection until the connection's work is done;
+        the worker's lane (`first`) starts a second one when the server's controller allows
+        two requests in flight, and the second ends when it no longer does."""
+        core = self._core
+        controller = server.controller
+        assert controller is not None
+        while True:
+            with core.lock:
+                if connection.ended or connection.left <= 0:
+                    return
+                if not first and controller.in_flight_limit() < 2:
+                    return
+                connection.left -= 1
             task = self.next_task(server)
             if task is None:
+                # Nothing due now: the connection ends with the worker's lane; the second's
+                # URLs may still come from the pages the worker's lane is fetching.
+                connection.ended = connection.ended or first
                 return
+            if first and connection.second is None and controller.in_flight_limit() > 1:
+                second = core.session(server, lane=1)
+                connection.second = self._second_lanes.submit(
+                    self.lane, server, second, connection, False
+                )
             try:
                 keep_connection = self.attempt(server, session, task)
             except OutputFailed:
+                connection.ended = True
                 raise  # the disk, not the URL: the node stops (crawler/node/control.py)
             except Exception as exc:
                 # A bug that some server's answer (or robots.txt, or an earlier crawl's history
@@ -124,8 +180,10 @@ class FetchLoop:
                 # keeps its server taken and the crawl never ends.
                 logger.exception("fetching %s failed", task.url)
                 self.unfetched([task], internal_error(exc))
+                connection.ended = True
                 return
             if not keep_connection:
+                connection.ended = True
                 return
 
     def attempt(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
@@ -137,23 +195,24 @@ class FetchLoop:
         if not robots.allowed(task.url, core.config.fetch.user_agent):
             self.unfetched([task], FetchError(ErrorClass.ROBOTS_DISALLOWED), refund_budget=True)
             return True
-        if core.limits.closed(server.limits, task.url):
+        # The server's limit counts under the lock: its two lanes may count at once.
+        with core.lock:
+            closed = core.limits.closed(server.limits, task.url)
+        if closed:
             self.unfetched([task], family_errors(url_family(task.url)), refund_budget=True)
             return True
         assert server.controller is not None
-        wait = server.controller.earliest_next() - time.monotonic()
-        if wait > LINGER_S:
+        if server.controller.earliest_next() - time.monotonic() > LINGER_S:
             core.put_back(server, task)
             return False
         # Checked last: a URL put back above must not be counted twice. Retries were admitted
         # with their first try.
         if task.attempt == 1:
-            refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
+            with core.lock:
+                refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
             if refusal is not None:
                 self.unfetched([task], refusal, refund_budget=True)
                 return True
-        if wait > 0:
-            time.sleep(wait)
         return self.fetch(server, session, task)
 
     def fetch(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
@@ -176,12 +235,19 @@ class FetchLoop:
                 result, task.attempt, retry_in, hops, core.config.fetch.max_redirects, given_up
             )
         limits, counts = core.limits, server.limits
-        if outcome.failed is not None and limits.outcome(counts, task.url, outcome.failed):
+        with core.lock:
+            closes_family = outcome.failed is not None and limits.outcome(
+                counts, task.url, outcome.failed
+            )
+            wants_shape = not result.not_modified and limits.wants_shape(counts, task.url)
+            if result.not_modified:
+                limits.credit(counts, task.url)  # unchanged since an earlier crawl judged it
+        if closes_family:
             self._skip_family(server, url_family(task.url))
-        if result.not_modified:
-            limits.credit(counts, task.url)  # unchanged since an earlier crawl judged it
-        elif result.status is not None and limits.wants_shape(counts, task.url):
-            limits.observe(counts, task.url, content_shape(result.body))
+        if wants_shape and result.status is not None:
+            shape = content_shape(result.body)
+            with core.lock:
+                limits.observe(counts, task.url, shape)
         if outcome.retry_in is not None:
             self._recorder.fetch(result, task, outcome.error)
             with core.lock:
@@ -316,8 +382,7 @@ class FetchLoop:
         """The server's sitemaps (crawler/fetching/sitemaps.py), fetched over its connection at its
         pace, seed its queue; the last sitemap fetch's row carries the URLs they added."""
         core = self._core
-        assert server.robots is not None and server.controller is not None
-        controller = server.controller
+        assert server.robots is not None
         fetched: list[FetchResult] = []
 
         def fetch(url: str) -> FetchResult:
@@ -325,9 +390,6 @@ class FetchLoop:
                 return FetchResult(url, error=FetchError(ErrorClass.STOPPED))
             if not server.robots or not server.robots.allowed(url, core.config.fetch.user_agent):
                 return FetchResult(url, error=FetchError(ErrorClass.ROBOTS_DISALLOWED))
-            wait = controller.earliest_next() - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
             result = self._paced_get(server, session, url).result
             fetched.append(result)
             return result
@@ -393,22 +455,27 @@ class FetchLoop:
         url: str,
         conditional: dict[str, str] | None = None,
     ) -> Answer:
-        """One request, counted by the in-flight limit and the server's rate controller (so
-        the next one waits its turn) and by its failure ledger, which also sets its time
-        limit; a failure that is the URL's own does not pause the server."""
+        """One request at the server's pace, counted by the in-flight limit and the server's
+        rate controller and by its failure ledger, which also sets its time limit; a failure
+        that is the URL's own does not pause the server. Its start is taken from the pace
+        under the lock before waiting for it, so that the server's two lanes (when it has two)
+        each get a turn of their own."""
         core = self._core
         controller = server.controller
         assert controller is not None
         retry = core.config.retry
         self._take_slot()
-        started = time.monotonic()
         with core.lock:
+            started = max(time.monotonic(), controller.earliest_next())
             controller.on_backlog(server.pending())
             controller.on_request_start(started)
             fetch = core.config.fetch
             time_limit = server.failures.time_limit(
                 url, fetch.fetch_timeout_s, fetch.connect_timeout_s, retry.failure_budget_s
             )
+        wait = started - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         result = session.get(url, conditional, time_limit)
         self._free_slot(result)
         now = time.monotonic()

@@ -70,6 +70,12 @@ STEP_TESTS = 2
 # After a test that shows the server queues, the rate goes back to this share of its rate
 # before the test (as BBR drains the queue its probe built).
 PROBE_DRAIN = 0.8
+# The in-flight test (see `_in_flight_test`): two requests in flight for this many windows of
+# R, looked at every half window; the first window lets R take in the second request's RTTs.
+IN_FLIGHT_TEST_WINDOWS = 2
+# ...and only on a server with at least this many URLs waiting: fewer are crawled as fast with
+# one request in flight as the test would take to say.
+IN_FLIGHT_MIN_BACKLOG = 4 * RECENT_SAMPLES
 # The (rate, RTT) samples the fit keeps: every page's until the test ends.
 FIT_SAMPLES = 256
 # Requests count as unloaded up to this multiple of the ceiling's busy share: paced at the
@@ -243,6 +249,11 @@ class AdaptiveRateController(PacedController):
         self._duty_at_start = 0.0
         self._clean_streak = 0
         self._probe = settings.adaptive.probe_step
+        # Two requests in flight (see `_in_flight_test`): "untested", "testing", "allowed" or
+        # "refused"; the pages left in the test; R with one request in flight before it.
+        self._in_flight = "untested"
+        self._in_flight_left = 0
+        self._in_flight_base: float | None = None
 
     @property
     def delay_s(self) -> float:
@@ -443,6 +454,7 @@ class AdaptiveRateController(PacedController):
         if self._probe_left > 0:
             self._step_test()
             return
+        self._in_flight_test()
         if self._probe_due is not None:
             self._probe_due -= 1
             if self._probe_due <= 0 and self.target is None:
@@ -632,6 +644,61 @@ class AdaptiveRateController(PacedController):
         # arrival rate such a server averages, and the delay side climbs back from here
         # (against the floor, if the line gave one although R rose: other users' doing).
         self._set_rate(PROBE_DRAIN * self._probe_from)
+
+    def in_flight_limit(self) -> int:
+        """Two while the in-flight test runs or has allowed it (never after a ban or under a
+        Crawl-delay), else one."""
+        allowed = self._in_flight in ("testing", "allowed")
+        return 2 if allowed and self.target is None and self.floor_s == 0 else 1
+
+    def _in_flight_test(self) -> None:
+        """A second request in flight, asked of a server that showed the crawler's requests do
+        not wait behind each other (U has a floor: the flat check or the step test found its RTT
+        does not rise with the crawler's rate, one request at a time) and whose pace asks for
+        more than one connection gives (r x R > 1). One connection back to back reaches only
+        1 / (the server's time + the client's), and on a server with several workers a second
+        request is served beside the first.
+
+        The test: back to back with two requests in flight for IN_FLIGHT_TEST_WINDOWS windows
+        of R. R rising by the setpoint's distance over its value with one request in flight
+        (looked at every half window, as in the step test) says the two wait for each other
+        (one worker, or workers kept busy by other users): back to one for the rest of the
+        crawl, at PROBE_DRAIN of the rate before (the queue the test built drains first).
+        Otherwise two stay allowed, the delay side steering the pace as before, until R
+        shows strong queueing over the same reference (2 x setpoint - 1, as after a ban)."""
+        state = self._in_flight
+        if state == "refused":
+            return
+        current = self.queueing.current_s
+        if state == "untested":
+            if (
+                self.settings.adaptive.max_in_flight > 1
+                and self.queueing.floor_s > 0
+                and self.target is None
+                and self.floor_s == 0
+                and self._probe_due is None
+                and self.backlog >= IN_FLIGHT_MIN_BACKLOG
+                and current is not None
+                and self.rate * current > 1.0
+            ):
+                self._in_flight = "testing"
+                self._in_flight_left = IN_FLIGHT_TEST_WINDOWS * self.queueing.recent_window
+                self._in_flight_base = current
+                self._probe_from = self.rate
+                self._set_rate(math.inf)
+            return
+        base = self._in_flight_base
+        assert base is not None and current is not None
+        self._in_flight_left -= 1
+        if self._in_flight_left % (RECENT_SAMPLES // 2) != 0:
+            return
+        testing = state == "testing"
+        bound = self.setpoint() if testing else 2.0 * self.setpoint() - 1.0
+        if current >= bound * base:
+            self._in_flight = "refused"
+            self._set_rate(PROBE_DRAIN * self._probe_from)
+        elif testing and self._in_flight_left <= 0:
+            self._in_flight = "allowed"
 
     def _fitted_unloaded(self, confidence: float) -> tuple[float | None, float]:
         """U from the line through the (rate, log time in the server) samples, followed from

@@ -111,6 +111,10 @@ class PacedController(ABC):
     def concurrency_cap(self) -> int | None:
         return None
 
+    def in_flight_limit(self) -> int:
+        """Requests that may be in flight to the server at once: one, unless the law says more."""
+        return 1
+
     def unloaded_rtt_s(self) -> float | None:
         """The law's estimate of the server's RTT when idle, if it keeps one."""
         return None

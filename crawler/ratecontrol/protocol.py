@@ -28,6 +28,10 @@ class HostRateController(Protocol):
 
     def on_request_start(self, now: float) -> None: ...
 
+    def in_flight_limit(self) -> int:
+        """Requests that may be in flight to this host at once (each over its own connection)."""
+        ...
+
     def on_backlog(self, urls: int) -> None:
         """The URLs waiting for this host (queued, retries) as a request starts: how much more
         of it there is to crawl, which says whether learning its rate is worth a burst."""

@@ -76,6 +76,14 @@ class AdaptiveSettings(Section):
     base_samples: int = Field(
         16, ge=1, description="RTTs of requests sent that idle that make the unloaded RTT known"
     )
+    max_in_flight: int = Field(
+        2,
+        ge=1,
+        le=2,
+        description="requests in flight to one server at once, at most: 2 gives a second "
+        "connection to a server whose RTT showed that it serves the crawler's requests side by "
+        "side (docs/rate-control.md); 1 keeps one request at a time",
+    )
 
 
 class PIDSettings(Section):
