@@ -454,7 +454,8 @@ class AdaptiveRateController(PacedController):
         if self._probe_left > 0:
             self._step_test()
             return
-        self._in_flight_test()
+        if self._in_flight_test():
+            return
         if self._probe_due is not None:
             self._probe_due -= 1
             if self._probe_due <= 0 and self.target is None:
@@ -651,7 +652,7 @@ class AdaptiveRateController(PacedController):
         allowed = self._in_flight in ("testing", "allowed")
         return 2 if allowed and self.target is None and self.floor_s == 0 else 1
 
-    def _in_flight_test(self) -> None:
+    def _in_flight_test(self) -> bool:
         """A second request in flight, asked of a server that showed the crawler's requests do
         not wait behind each other (U has a floor: the flat check or the step test found its RTT
         does not rise with the crawler's rate, one request at a time) and whose pace asks for
@@ -665,10 +666,12 @@ class AdaptiveRateController(PacedController):
         (one worker, or workers kept busy by other users): back to one for the rest of the
         crawl, at PROBE_DRAIN of the rate before (the queue the test built drains first).
         Otherwise two stay allowed, the delay side steering the pace as before, until R
-        shows strong queueing over the same reference (2 x setpoint - 1, as after a ban)."""
+        shows strong queueing over the same reference (2 x setpoint - 1, as after a ban).
+        True while the test runs: the pace stays back to back (the delay side would slow it
+        to where the two requests no longer meet, and the test would see nothing)."""
         state = self._in_flight
         if state == "refused":
-            return
+            return False
         current = self.queueing.current_s
         if state == "untested":
             if (
@@ -686,19 +689,27 @@ class AdaptiveRateController(PacedController):
                 self._in_flight_base = current
                 self._probe_from = self.rate
                 self._set_rate(math.inf)
-            return
+                return True
+            return False
         base = self._in_flight_base
         assert base is not None and current is not None
+        testing = state == "testing"
         self._in_flight_left -= 1
         if self._in_flight_left % (RECENT_SAMPLES // 2) != 0:
-            return
-        testing = state == "testing"
+            if testing:
+                self._set_rate(math.inf)  # back to back as R's window moves
+            return testing
         bound = self.setpoint() if testing else 2.0 * self.setpoint() - 1.0
         if current >= bound * base:
             self._in_flight = "refused"
             self._set_rate(PROBE_DRAIN * self._probe_from)
-        elif testing and self._in_flight_left <= 0:
+            return True
+        if testing and self._in_flight_left <= 0:
             self._in_flight = "allowed"
+            return False
+        if testing:
+            self._set_rate(math.inf)
+        return testing
 
     def _fitted_unloaded(self, confidence: float) -> tuple[float | None, float]:
         """U from the line through the (rate, log time in the server) samples, followed from
