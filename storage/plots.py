@@ -51,7 +51,8 @@ SELECT m.host,
        max(m.value) FILTER (WHERE m.metric = 'target_ppm') AS target_ppm,
        max(m.value) FILTER (WHERE m.metric = 'delay_s')    AS delay_s,
        max(m.value) FILTER (WHERE m.metric = 'srtt_ms')    AS srtt_ms,
-       max(m.value) FILTER (WHERE m.metric = 'unloaded_rtt_ms') AS unloaded_rtt_ms
+       max(m.value) FILTER (WHERE m.metric = 'unloaded_rtt_ms') AS unloaded_rtt_ms,
+       max(m.value) FILTER (WHERE m.metric = 'in_flight_limit') AS in_flight_limit
 FROM metrics m JOIN lengths l USING (node_id, time)
 WHERE m.crawl_id = (SELECT crawl_id FROM crawl) AND m.host IS NOT NULL
 GROUP BY m.host, m.time, l.length_s
@@ -77,7 +78,8 @@ SELECT host,
        NULL::DOUBLE AS target_ppm,
        NULL::DOUBLE AS delay_s,
        NULL::DOUBLE AS srtt_ms,
-       NULL::DOUBLE AS unloaded_rtt_ms
+       NULL::DOUBLE AS unloaded_rtt_ms,
+       NULL::DOUBLE AS in_flight_limit
 FROM answers
 GROUP BY host, t_s
 ORDER BY host, t_s
@@ -100,6 +102,7 @@ class HostRates:
     pace_rps: list[float | None] = field(default_factory=list)
     srtt_ms: list[float | None] = field(default_factory=list)
     unloaded_ms: list[float | None] = field(default_factory=list)
+    in_flight_limit: list[float | None] = field(default_factory=list)
 
     @property
     def pages(self) -> float:
@@ -135,7 +138,7 @@ def host_rates(con: duckdb.DuckDBPyConnection) -> dict[str, HostRates]:
     ]
     origin = min((w[1] for w in windows), default=0.0)
     series: dict[str, HostRates] = {}
-    for host, start, end, pages, bans, target_ppm, delay_s, srtt_ms, unloaded_ms in windows:
+    for host, start, end, pages, bans, target_ppm, delay_s, srtt_ms, unloaded_ms, limit in windows:
         entry = series.setdefault(host, HostRates(host))
         entry.starts_s.append(start - origin)
         entry.ends_s.append(end - origin)
@@ -145,6 +148,7 @@ def host_rates(con: duckdb.DuckDBPyConnection) -> dict[str, HostRates]:
         entry.pace_rps.append(1.0 / delay_s if delay_s else None)
         entry.srtt_ms.append(srtt_ms)
         entry.unloaded_ms.append(unloaded_ms)
+        entry.in_flight_limit.append(limit)
     return series
 
 
@@ -180,6 +184,7 @@ def plot_host_rates(
     if not series:
         axes[0][0].text(0.5, 0.5, "no per-host rates recorded", ha="center", va="center")
     for ax, s in zip(axes.flat, series, strict=False):
+        _shade_two_in_flight(ax, s)
         ax.plot(*s.step_xy(s.rate_rps, 0.0), color="tab:blue", lw=1.0, label="achieved")
         if any(p is not None for p in s.pace_rps):
             ax.plot(
@@ -232,6 +237,16 @@ def plot_host_rates(
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
     return png_path
+
+
+def _shade_two_in_flight(ax: Axes, s: HostRates) -> None:
+    """Shade the windows in which the server's controller allowed two requests in flight: why
+    its rate went past what one connection reaches."""
+    label = "two in flight"
+    for start, end, limit in zip(s.starts_s, s.ends_s, s.in_flight_limit, strict=True):
+        if limit is not None and limit >= 2:
+            ax.axvspan(start, end, color="tab:blue", alpha=0.08, lw=0, label=label)
+            label = "_"  # one legend entry
 
 
 def _plot_inflation(ax: Axes, s: HostRates, unloaded_ms: float | None) -> None:

@@ -10,8 +10,13 @@ import threading
 
 import pytest
 
+from crawler.config import CrawlConfig
+from runtime.backends import crawl_in_process
+from runtime.fleet import single_node
 from websim import PhysicalQueue, WebSim, WebSpec
+from websim.coverage import coverage
 from websim.physical import FifoQueue, best_polite_rate, paced_run, unloaded_median_s
+from websim.sim import QueuedRequest
 
 
 def test_fifo_queue_makes_a_request_wait_only_for_busy_workers() -> None:
@@ -86,3 +91,44 @@ def test_served_requests_wait_for_a_worker() -> None:
     assert waits[0] < 0.03
     assert 0.04 < waits[1] < waits[2] - 0.04
     assert all(entry["service_s"] >= 0.055 for entry in log)
+
+
+def _most_at_once(entries: list[QueuedRequest]) -> int:
+    """The most requests a queue host had at once (waiting or served)."""
+    events = sorted(
+        [(e["time"], 1) for e in entries]
+        + [(e["time"] + e["wait_s"] + e["service_s"], -1) for e in entries],
+        key=lambda event: (event[0], event[1]),  # an answer leaves before the next arrives
+    )
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most
+
+
+@pytest.mark.integration
+def test_a_server_with_workers_to_spare_gets_a_second_request_in_flight(tmp_path) -> None:
+    # docs/rate-control.md, the in-flight test, in a real node with default settings: the
+    # four-worker server serves two of the crawler's requests side by side and keeps its second
+    # connection; on the one-worker server the second request waits behind the first, and it
+    # goes back to one. Never more than two at once, and every page fetched exactly once.
+    queues = (PhysicalQueue(workers=4, service_ms=10.0), PhysicalQueue(workers=1, service_ms=10.0))
+    spec = WebSpec(
+        hosts=2, pages=800, seed=3, queues=queues, rate_limit_rps=None, latency_ms=(0, 0)
+    )
+    with WebSim(spec) as sim:
+        config = CrawlConfig(scheduling={"max_connections": 2})
+        fleet = crawl_in_process(
+            single_node("lanes", str(tmp_path), config, sim.servers), [sim.hub_url]
+        )
+        log = sim.queue_log()
+        result = coverage(tmp_path / "lanes", sim.reachable_allowed_urls())
+        hosts = [f"{profile.address}:{sim.port}" for profile in sim.web.hosts]
+    assert result["coverage"] == 1.0 and result["duplicates"] == 0
+    servers = fleet.nodes[0].node.core.frontier.servers
+    many, one = (servers[host].controller for host in hosts)
+    assert many is not None and many.in_flight_limit() == 2
+    assert one is not None and one.in_flight_limit() == 1
+    names = sorted({entry["host"] for entry in log})
+    assert [_most_at_once([e for e in log if e["host"] == name]) for name in names] == [2, 2]

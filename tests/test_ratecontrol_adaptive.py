@@ -720,7 +720,9 @@ def test_a_ban_a_crawl_delay_or_the_setting_keep_one_request_in_flight() -> None
     assert controller.in_flight_limit() == 1
 
 
-@pytest.mark.parametrize(("workers", "most_median", "least_rate"), [(1, 1.5, 10.0), (2, 1.35, 20.0)])
+@pytest.mark.parametrize(
+    ("workers", "most_median", "least_rate"), [(1, 1.5, 10.0), (2, 1.35, 20.0)]
+)
 def test_adaptive_stays_polite_on_a_queue_near_saturation(
     workers: int, most_median: float, least_rate: float
 ) -> None:

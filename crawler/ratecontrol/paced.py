@@ -131,6 +131,7 @@ class PacedController(ABC):
             "rtt_band_high_ms": _ms(self.rtt.high),
             "bans": self._bans,
             "unloaded_rtt_ms": _ms(self.unloaded_rtt_s()),
+            "in_flight_limit": self.in_flight_limit(),
         }
         self._pages = self._bans = 0
         return row

@@ -15,6 +15,7 @@ TRACE_FIELDS = (
     "rtt_band_high_ms",
     "bans",
     "unloaded_rtt_ms",
+    "in_flight_limit",
 )
 
 
