@@ -43,10 +43,13 @@ class LocalNode:
         self.uncommitted: list[str] = []  # URLs of the fetches rows its death lost
 
     def kill(self) -> None:
-        """What SIGKILL does to a node actor: it stops at once, its buffered rows are lost."""
-        self.dead = True
+        """What SIGKILL does to a node actor: it stops at once, its buffered rows are lost.
+        Dead to the coordinator only once it has stopped: a killed actor commits nothing after
+        its death is seen, so the recovery must not read the output while this one still
+        commits its last batches."""
         self.node.halt()
         self.uncommitted = self.node.recorder.uncommitted_urls()
+        self.dead = True
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.node, name)
