@@ -62,7 +62,8 @@ def run_token_bucket(
     """A host behind a hidden token bucket (rate `limit_rps`, capacity `burst_s` seconds of
     tokens), answering 429 with Retry-After: ceil(seconds to the next token), like websim.
     Latency is lognormal (sigma 0.5) around `latency_ms`; the request reaches the bucket after
-    half of it. Runs until `pages` requests succeeded; `limit_after` = (time, new limit)."""
+    half of it. As many requests in flight as the controller allows (`in_flight_limit`).
+    Runs until `pages` requests succeeded; `limit_after` = (time, new limit)."""
     rng = random.Random(seed)
     capacity = max(1.0, limit_rps * burst_s)
     tokens, stamp = capacity, 0.0
@@ -71,9 +72,19 @@ def run_token_bucket(
     ban_times: list[float] = []
     last_start, min_gap = None, math.inf
     mu = math.log(latency_ms / 1000)
+    # (answered at, RTT, status, Retry-After) of the requests in flight
+    in_flight: list[tuple[float, float, int, float | None]] = []
     while len(ok_times) < pages:
-        start = max(controller.earliest_next(), now)
+        start = math.inf
+        if len(in_flight) < controller.in_flight_limit():
+            start = max(controller.earliest_next(), now)
+        if in_flight and in_flight[0][0] < start:
+            now, rtt, status, wait = heapq.heappop(in_flight)
+            (ok_times if status == 200 else ban_times).append(now)
+            controller.on_response(now, rtt, status, wait)
+            continue
         controller.on_request_start(start)
+        now = start
         if last_start is not None:
             min_gap = min(min_gap, start - last_start)
         last_start = start
@@ -82,18 +93,16 @@ def run_token_bucket(
         if limit_after and arrive >= limit_after[0]:
             limit_rps = limit_after[1]
             capacity = max(1.0, limit_rps * burst_s)
-        tokens = min(capacity, tokens + (arrive - stamp) * limit_rps)
-        stamp = arrive
-        now = start + rtt
+        # Two in flight may reach the bucket out of order: no refill for the earlier one.
+        tokens = min(capacity, tokens + max(0.0, arrive - stamp) * limit_rps)
+        stamp = max(stamp, arrive)
         if tokens >= 1:
             tokens -= 1
-            ok_times.append(now)
             status, wait = 200, None
         else:
-            ban_times.append(now)
             status = 429
             wait = float(max(1, math.ceil((1 - tokens) / limit_rps))) if retry_after else None
-        controller.on_response(now, rtt, status, wait)
+        heapq.heappush(in_flight, (start + rtt, rtt, status, wait))
     return BucketRun(ok_times, ban_times, now, min_gap)
 
 
@@ -714,6 +723,11 @@ def test_a_ban_a_crawl_delay_or_the_setting_keep_one_request_in_flight() -> None
     controller.on_request_start(100.0)
     controller.on_response(100.02, 0.02, 429, None)
     assert controller.in_flight_limit() == 1
+    # The ban came at two requests per RTT: the target after it is measured from that rate,
+    # not from one connection's.
+    srtt = controller.rtt.srtt
+    assert srtt is not None and controller.target is not None
+    assert controller.target > 1.2 / srtt
     one = settings.model_copy(update={"adaptive": AdaptiveSettings(max_in_flight=1)})
     controller = AdaptiveRateController(one, RETRY, 0.0)
     run_physical(controller, queue, pages=300)

@@ -297,8 +297,10 @@ class AdaptiveRateController(PacedController):
         self._duty_at_start = seen_rate * in_server
         self._seen_rate = seen_rate
         super().on_request_start(now)
-        # The rate the server sees: our pacing, or the fetch time when that is longer.
-        self._rate_at_start = 1.0 / max(self.current_delay(), self.rtt.srtt or 0.0)
+        # The rate the server sees: our pacing, or the fetch time over the requests in flight
+        # when that is longer.
+        fetch_s = (self.rtt.srtt or 0.0) / self.in_flight_limit()
+        self._rate_at_start = 1.0 / max(self.current_delay(), fetch_s)
 
     def on_network_rtt(self, seconds: float) -> None:
         super().on_network_rtt(seconds)
