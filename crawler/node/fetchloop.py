@@ -1,8 +1,10 @@
 """The fetch loop: each worker thread is one of the node's connections. It takes the best
 server the frontier offers, makes up to P(s,i) requests to it over that server's keep-alive
-session at the pace its rate controller allows, and gives it back. Where the controller allows
-two requests in flight (docs/rate-control.md), a second lane makes some of those requests over
-a second connection beside it, and the worker gives the server back once both are done.
+session at the pace its rate controller allows, and gives it back. Where the pace asks for the
+next request before the last one's answer is in, a second lane makes some of those requests:
+over the same connection as soon as the last answer has arrived (while the first lane handles
+that page), or beside it over a second connection where the controller allows two requests in
+flight (docs/rate-control.md). The worker gives the server back once both lanes are done.
 
 Read top-down: `work` (one thread), `serve` (one connection), `fetch` (one URL); then what a
 connection needs besides pages (the address check, robots.txt, sitemaps) and the pieces the
@@ -16,8 +18,9 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from crawler.fetching.fetcher import FetchResult, ServerSession
 from crawler.fetching.headers import parse_retry_after
@@ -57,14 +60,56 @@ class Answer:
 LINGER_S = 0.25
 
 
+class Wire:
+    """A connection's requests on the wire: each holds a slot, and slot i sends over the
+    server's session i, so with one request in flight at a time the lanes take turns on one
+    keep-alive connection, and a second connection opens only for a second request in flight."""
+
+    def __init__(self) -> None:
+        self._free = [True, True]
+        self._changed = threading.Condition()
+
+    def take(self, limit: int, ended: Callable[[], bool]) -> int | None:
+        """A free slot below `limit` once there is one; None once `ended()`."""
+        with self._changed:
+            while not ended():
+                for slot in range(min(limit, len(self._free))):
+                    if self._free[slot]:
+                        self._free[slot] = False
+                        return slot
+                self._changed.wait(0.05)
+        return None
+
+    def give_back(self, slot: int) -> None:
+        with self._changed:
+            self._free[slot] = True
+            self._changed.notify()
+
+
+@dataclass(slots=True)
+class Turn:
+    """A lane's slot on the wire for one request, given back as soon as its answer is in."""
+
+    wire: Wire
+    slot: int
+    held: bool = True
+
+    def end(self) -> None:
+        if self.held:
+            self.held = False
+            self.wire.give_back(self.slot)
+
+
 @dataclass(slots=True)
 class Connection:
     """One connection's worth of work on a server, shared by its lanes (the worker's, and a
-    second one while two requests may be in flight): the requests left of its P(s,i), whether
-    it has ended (a lane saw no more URLs due, or a reason to close), and the second lane."""
+    second one where the pace runs ahead of the answers): the requests left of its P(s,i),
+    whether it has ended (a lane saw no more URLs due, or a reason to close), its wire and the
+    second lane."""
 
     left: int
     ended: bool = False
+    wire: Wire = field(default_factory=Wire)
     second: Future[None] | None = None
 
 
@@ -145,32 +190,40 @@ class FetchLoop:
     def lane(
         self, server: ServerState, session: ServerSession, connection: Connection, first: bool
     ) -> None:
-        """Requests to the server over one connection until the connection's work is done;
-        the worker's lane (`first`) starts a second one when the server's controller allows
-        two requests in flight, and the second ends when it no longer does."""
+        """Requests to the server over one connection until the connection's work is done, each
+        sent once the wire has a slot for it; the worker's lane (`first`) starts a second one
+        once the pace runs ahead of the answers (`HostRateController.ahead_of_answers`)."""
         core = self._core
         controller = server.controller
         assert controller is not None
+        wire = connection.wire
         while True:
             with core.lock:
                 if connection.ended or connection.left <= 0:
                     return
-                if not first and controller.in_flight_limit() < 2:
-                    return
                 connection.left -= 1
+            slot = wire.take(controller.in_flight_limit(), lambda: connection.ended)
+            if slot is None:
+                return
+            turn = Turn(wire, slot)
             task = self.next_task(server)
             if task is None:
+                turn.end()
                 # Nothing due now: the connection ends with the worker's lane; the second's
-                # URLs may still come from the pages the worker's lane is fetching.
+                # URLs may still come from the page the worker's lane is handling.
                 connection.ended = connection.ended or first
                 return
-            if first and connection.second is None and controller.in_flight_limit() > 1:
-                second = core.session(server, lane=1)
+            if (
+                first
+                and connection.second is None
+                and connection.left > 0
+                and controller.ahead_of_answers()
+            ):
                 connection.second = self._second_lanes.submit(
-                    self.lane, server, second, connection, False
+                    self.lane, server, session, connection, False
                 )
             try:
-                keep_connection = self.attempt(server, session, task)
+                keep_connection = self.attempt(server, core.session(server, lane=slot), task, turn)
             except OutputFailed:
                 connection.ended = True
                 raise  # the disk, not the URL: the node stops (crawler/node/control.py)
@@ -182,13 +235,18 @@ class FetchLoop:
                 self.unfetched([task], internal_error(exc))
                 connection.ended = True
                 return
+            finally:
+                turn.end()
             if not keep_connection:
                 connection.ended = True
                 return
 
-    def attempt(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
-        """Every step of one URL: robots.txt, the limits, the server's pace, the fetch; False
-        when the connection should end."""
+    def attempt(
+        self, server: ServerState, session: ServerSession, task: UrlTask, turn: Turn
+    ) -> bool:
+        """Every step of one URL: robots.txt, the limits, the server's pace, the fetch (its
+        `turn` on the wire given back once the answer is in); False when the connection should
+        end."""
         core = self._core
         robots = server.robots
         assert robots is not None  # loaded before any URL, and never unloaded
@@ -213,14 +271,14 @@ class FetchLoop:
             if refusal is not None:
                 self.unfetched([task], refusal, refund_budget=True)
                 return True
-        return self.fetch(server, session, task)
+        return self.fetch(server, session, task, turn)
 
-    def fetch(self, server: ServerState, session: ServerSession, task: UrlTask) -> bool:
+    def fetch(self, server: ServerState, session: ServerSession, task: UrlTask, turn: Turn) -> bool:
         """Fetch one URL and act on its outcome (crawler/node/outcome.py); False when the
         connection should end."""
         core = self._core
         conditional = core.revisits.conditional_headers(task.url) if core.revisits else None
-        answer = self._paced_get(server, session, task.url, conditional)
+        answer = self._paced_get(server, session, task.url, conditional, turn)
         result = answer.result
         retry_in = self._retry.retry_delay(
             task.attempt, result.status, result.error, answer.retry_after
@@ -454,6 +512,7 @@ class FetchLoop:
         session: ServerSession,
         url: str,
         conditional: dict[str, str] | None = None,
+        turn: Turn | None = None,
     ) -> Answer:
         """One request at the server's pace, counted by the in-flight limit and the server's
         rate controller and by its failure ledger, which also sets its time limit; a failure
@@ -477,6 +536,8 @@ class FetchLoop:
         if wait > 0:
             time.sleep(wait)
         result = session.get(url, conditional, time_limit)
+        if turn is not None:
+            turn.end()  # the answer is in: the other lane may send
         self._free_slot(result)
         now = time.monotonic()
         asked = parse_retry_after(result.headers.get("retry-after"), time.time(), math.inf)

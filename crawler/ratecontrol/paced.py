@@ -115,6 +115,13 @@ class PacedController(ABC):
         """Requests that may be in flight to the server at once: one, unless the law says more."""
         return 1
 
+    def ahead_of_answers(self) -> bool:
+        """Whether the pace allows the next request before the last one's answer is in (its
+        delay under the smoothed RTT), or two in flight: then one connection's own handling
+        of each page, between an answer and the next request, is what holds the rate."""
+        srtt = self.rtt.srtt
+        return self.in_flight_limit() > 1 or (srtt is not None and self.current_delay() < srtt)
+
     def unloaded_rtt_s(self) -> float | None:
         """The law's estimate of the server's RTT when idle, if it keeps one."""
         return None

@@ -33,6 +33,10 @@ class HostRateController(Protocol):
         """Requests that may be in flight to this host at once (each over its own connection)."""
         ...
 
+    def ahead_of_answers(self) -> bool:
+        """Whether the pace allows the next request before the last one's answer is in."""
+        ...
+
     def on_backlog(self, urls: int) -> None:
         """The URLs waiting for this host (queued, retries) as a request starts: how much more
         of it there is to crawl, which says whether learning its rate is worth a burst."""
