@@ -59,6 +59,11 @@ _HAS_DIGIT = re.compile(r"[^/]*\d[^/]*")
 # What a generated page changes from one URL to the next besides numbers: the query strings and
 # path parameters (session ids) in its links.
 _VOLATILE = re.compile(rb"[?;][^\"'\s<>]*")
+# A match of _VOLATILE after its first byte. The matches are found by `bytes.find` for their
+# first byte (memchr, a few microseconds a page) rather than by the regex's scan (about 10 ns a
+# byte: 0.4 ms a 40-KB page); past this many matches the regex takes the rest.
+_VOLATILE_RUN = re.compile(rb"[^\"'\s<>]*")
+_VOLATILE_FOUND_MAX = 64
 _DIGITS = b"0123456789"
 # Of a body, what its shape is taken from: bounded work per page, and past the boilerplate
 # (inline styles and scripts, navigation) that pages of one site share.
@@ -150,4 +155,22 @@ def descends(page_url: str, new_links: Iterable[str]) -> bool:
 def content_shape(body: bytes) -> int:
     """A 32-bit hash of the body's first `SHAPE_BYTES` without query strings, path parameters
     and digits: alike for pages generated from one template with different numbers or ids."""
-    return zlib.crc32(_VOLATILE.sub(b"", body[:SHAPE_BYTES]).translate(None, _DIGITS))
+    head = body[:SHAPE_BYTES]
+    kept: list[bytes] = []  # `head` but the matches of _VOLATILE
+    position = 0  # where the last match ended
+    question, semicolon = head.find(b"?"), head.find(b";")
+    while question >= 0 or semicolon >= 0:
+        if len(kept) == _VOLATILE_FOUND_MAX:
+            kept.append(_VOLATILE.sub(b"", head[position:]))
+            return zlib.crc32(b"".join(kept).translate(None, _DIGITS))
+        start = semicolon if question < 0 or 0 <= semicolon < question else question
+        match = _VOLATILE_RUN.match(head, start + 1)
+        assert match is not None  # it matches the empty string
+        kept.append(head[position:start])
+        position = match.end()
+        if 0 <= question < position:
+            question = head.find(b"?", position)
+        if 0 <= semicolon < position:
+            semicolon = head.find(b";", position)
+    kept.append(head[position:])
+    return zlib.crc32(b"".join(kept).translate(None, _DIGITS))
