@@ -69,14 +69,15 @@ class Wire:
         self._free = [True, True]
         self._changed = threading.Condition()
 
-    def take(self, limit: int, ended: Callable[[], bool]) -> int | None:
-        """A free slot below `limit` once there is one; None once `ended()`."""
+    def take(self, limit: Callable[[], int], ended: Callable[[], bool]) -> int | None:
+        """A free slot once fewer than `limit()` are held (read afresh: it may drop while the
+        other lane's request is out); None once `ended()`."""
         with self._changed:
             while not ended():
-                for slot in range(min(limit, len(self._free))):
-                    if self._free[slot]:
-                        self._free[slot] = False
-                        return slot
+                if self._free.count(False) < limit():
+                    slot = self._free.index(True)
+                    self._free[slot] = False
+                    return slot
                 self._changed.wait(0.05)
         return None
 
@@ -181,15 +182,13 @@ class FetchLoop:
             return
         connection = Connection(server.batch)
         try:
-            self.lane(server, session, connection, first=True)
+            self.lane(server, connection, first=True)
         finally:
             connection.ended = True
             if connection.second is not None:
                 connection.second.result()  # its OutputFailed stops the node as the worker's
 
-    def lane(
-        self, server: ServerState, session: ServerSession, connection: Connection, first: bool
-    ) -> None:
+    def lane(self, server: ServerState, connection: Connection, first: bool) -> None:
         """Requests to the server over one connection until the connection's work is done, each
         sent once the wire has a slot for it; the worker's lane (`first`) starts a second one
         once the pace runs ahead of the answers (`HostRateController.ahead_of_answers`)."""
@@ -197,49 +196,65 @@ class FetchLoop:
         controller = server.controller
         assert controller is not None
         wire = connection.wire
-        while True:
-            with core.lock:
-                if connection.ended or connection.left <= 0:
+
+        def ended() -> bool:
+            return connection.ended or core.stopping
+
+        try:
+            while True:
+                with core.lock:
+                    if connection.ended or connection.left <= 0:
+                        return
+                    connection.left -= 1
+                slot = wire.take(controller.in_flight_limit, ended)
+                if slot is None:
                     return
-                connection.left -= 1
-            slot = wire.take(controller.in_flight_limit(), lambda: connection.ended)
-            if slot is None:
-                return
-            turn = Turn(wire, slot)
-            task = self.next_task(server)
-            if task is None:
-                turn.end()
-                # Nothing due now: the connection ends with the worker's lane; the second's
-                # URLs may still come from the page the worker's lane is handling.
-                connection.ended = connection.ended or first
-                return
-            if (
-                first
-                and connection.second is None
-                and connection.left > 0
-                and controller.ahead_of_answers()
-            ):
-                connection.second = self._second_lanes.submit(
-                    self.lane, server, session, connection, False
-                )
-            try:
-                keep_connection = self.attempt(server, core.session(server, lane=slot), task, turn)
-            except OutputFailed:
-                connection.ended = True
-                raise  # the disk, not the URL: the node stops (crawler/node/control.py)
-            except Exception as exc:
-                # A bug that some server's answer (or robots.txt, or an earlier crawl's history
-                # of the URL) sets off must cost that URL, not the worker thread: a dead worker
-                # keeps its server taken and the crawl never ends.
-                logger.exception("fetching %s failed", task.url)
-                self.unfetched([task], internal_error(exc))
-                connection.ended = True
-                return
-            finally:
-                turn.end()
-            if not keep_connection:
-                connection.ended = True
-                return
+                turn = Turn(wire, slot)
+                try:
+                    keep_connection = self._next_request(server, connection, first, turn)
+                finally:
+                    turn.end()
+                if not keep_connection:
+                    return
+        except BaseException:
+            connection.ended = True  # the other lane must not wait for a slot forever
+            raise
+
+    def _next_request(
+        self, server: ServerState, connection: Connection, first: bool, turn: Turn
+    ) -> bool:
+        """One request of a lane holding `turn`: False when the lane should stop."""
+        core = self._core
+        task = self.next_task(server)
+        if task is None:
+            with core.lock:
+                connection.left += 1  # not spent
+            # Nothing due now: the connection ends with the worker's lane; the second's URLs
+            # may still come from the page the worker's lane is handling.
+            connection.ended = connection.ended or first
+            return False
+        assert server.controller is not None
+        if (
+            first
+            and connection.second is None
+            and connection.left > 0
+            and server.controller.ahead_of_answers()
+        ):
+            connection.second = self._second_lanes.submit(self.lane, server, connection, False)
+        try:
+            keep_connection = self.attempt(server, core.session(server, lane=turn.slot), task, turn)
+        except OutputFailed:
+            raise  # the disk, not the URL: the node stops (crawler/node/control.py)
+        except Exception as exc:
+            # A bug that some server's answer (or robots.txt, or an earlier crawl's history of
+            # the URL) sets off must cost that URL, not the worker thread: a dead worker keeps
+            # its server taken and the crawl never ends.
+            logger.exception("fetching %s failed", task.url)
+            self.unfetched([task], internal_error(exc))
+            keep_connection = False
+        if not keep_connection:
+            connection.ended = True
+        return keep_connection
 
     def attempt(
         self, server: ServerState, session: ServerSession, task: UrlTask, turn: Turn
@@ -260,25 +275,33 @@ class FetchLoop:
             self.unfetched([task], family_errors(url_family(task.url)), refund_budget=True)
             return True
         assert server.controller is not None
-        if server.controller.earliest_next() - time.monotonic() > LINGER_S:
-            core.put_back(server, task)
-            return False
-        # Checked last: a URL put back above must not be counted twice. Retries were admitted
-        # with their first try.
-        if task.attempt == 1:
-            with core.lock:
+        # The pace's check and the turn taken from it at once: the other lane's answer (a
+        # Retry-After) may move the pace in between.
+        with core.lock:
+            now = time.monotonic()
+            if server.controller.earliest_next() - now > LINGER_S:
+                core.put_back(server, task)
+                return False
+            # Checked last: a URL put back above must not be counted twice. Retries were
+            # admitted with their first try.
+            refusal = None
+            if task.attempt == 1:
                 refusal = core.limits.admit(server.limits, task.url, task.host_depth, task.descent)
-            if refusal is not None:
-                self.unfetched([task], refusal, refund_budget=True)
-                return True
-        return self.fetch(server, session, task, turn)
+            start = None if refusal is not None else self._reserve_start(server, now)
+        if refusal is not None:
+            self.unfetched([task], refusal, refund_budget=True)
+            return True
+        assert start is not None
+        return self.fetch(server, session, task, turn, start)
 
-    def fetch(self, server: ServerState, session: ServerSession, task: UrlTask, turn: Turn) -> bool:
-        """Fetch one URL and act on its outcome (crawler/node/outcome.py); False when the
-        connection should end."""
+    def fetch(
+        self, server: ServerState, session: ServerSession, task: UrlTask, turn: Turn, start: float
+    ) -> bool:
+        """Fetch one URL at its reserved `start` and act on its outcome
+        (crawler/node/outcome.py); False when the connection should end."""
         core = self._core
         conditional = core.revisits.conditional_headers(task.url) if core.revisits else None
-        answer = self._paced_get(server, session, task.url, conditional, turn)
+        answer = self._paced_get(server, session, task.url, conditional, turn, start)
         result = answer.result
         retry_in = self._retry.retry_delay(
             task.attempt, result.status, result.error, answer.retry_after
@@ -513,31 +536,32 @@ class FetchLoop:
         url: str,
         conditional: dict[str, str] | None = None,
         turn: Turn | None = None,
+        start: float | None = None,
     ) -> Answer:
         """One request at the server's pace, counted by the in-flight limit and the server's
         rate controller and by its failure ledger, which also sets its time limit; a failure
-        that is the URL's own does not pause the server. Its start is taken from the pace
-        under the lock before waiting for it, so that the server's two lanes (when it has two)
-        each get a turn of their own."""
+        that is the URL's own does not pause the server. `start`: its turn of the pace, taken
+        already (`attempt`), else taken here; either way under the lock before waiting for it,
+        so that the server's two lanes each get a turn of their own. `turn`: the lane's slot
+        on the wire, given back once the controller has the answer."""
         core = self._core
         controller = server.controller
         assert controller is not None
         retry = core.config.retry
-        self._take_slot()
+        if start is None:
+            with core.lock:
+                start = self._reserve_start(server, time.monotonic())
+        started = start
+        wait = started - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._take_slot()  # mode "rtt": counted from the send, not while waiting for the pace
         with core.lock:
-            started = max(time.monotonic(), controller.earliest_next())
-            controller.on_backlog(server.pending())
-            controller.on_request_start(started)
             fetch = core.config.fetch
             time_limit = server.failures.time_limit(
                 url, fetch.fetch_timeout_s, fetch.connect_timeout_s, retry.failure_budget_s
             )
-        wait = started - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
         result = session.get(url, conditional, time_limit)
-        if turn is not None:
-            turn.end()  # the answer is in: the other lane may send
         self._free_slot(result)
         now = time.monotonic()
         asked = parse_retry_after(result.headers.get("retry-after"), time.time(), math.inf)
@@ -562,7 +586,18 @@ class FetchLoop:
                 controller.on_response(now, rtt_s, status, None if own else retry_after)
             server.stats.on_response(result.status, result.rtt_s, result.headers)
             core.server_answered(server.host)
+        if turn is not None:
+            turn.end()  # the answer is in and the controller has it: the other lane may send
         return Answer(result, retry_after, asked, own, spent)
+
+    def _reserve_start(self, server: ServerState, now: float) -> float:
+        """The next turn of the server's pace, taken: its start. Under the lock."""
+        controller = server.controller
+        assert controller is not None
+        start = max(now, controller.earliest_next())
+        controller.on_backlog(server.pending())
+        controller.on_request_start(start)
+        return start
 
     # ---- URLs not fetched -------------------------------------------------------------------
 

@@ -439,6 +439,8 @@ class AdaptiveRateController(PacedController):
             overshot = self.slow_start or not self.proven_fast
             backoff = cfg.ban_backoff**2 if self.target is None and overshot else cfg.ban_backoff
             self.target, self._measured = self._target_after_ban(now, overshot)
+            if self._in_flight != "untested":
+                self._in_flight = "refused"  # the server said how fast: one at a time from now
             self.slow_start = False
             self._held = False
             self._end_step_test()
@@ -664,13 +666,17 @@ class AdaptiveRateController(PacedController):
 
         The test: back to back with two requests in flight for IN_FLIGHT_TEST_WINDOWS windows
         of R. R rising by the setpoint's distance over its value with one request in flight
-        (looked at every half window, as in the step test) says the two wait for each other
+        (looked at every RECENT_SAMPLES / 2 responses, as in the step test) says the two wait
+        for each other
         (one worker, or workers kept busy by other users): back to one for the rest of the
-        crawl, at PROBE_DRAIN of the rate before (the queue the test built drains first).
+        crawl, at PROBE_DRAIN of the rate before at most (the queue the test built drains
+        first).
         Otherwise two stay allowed, the delay side steering the pace as before, until R
         shows strong queueing over the same reference (2 x setpoint - 1, as after a ban).
-        True while the test runs: the pace stays back to back (the delay side would slow it
-        to where the two requests no longer meet, and the test would see nothing)."""
+        A ban sends it back to one as well (see `_on_outcome`). True while the test runs, and
+        on the response that refuses: the pace stays back to back during the test (the delay
+        side would slow it to where the two requests no longer meet, and the test would see
+        nothing), and the refusal sets it."""
         state = self._in_flight
         if state == "refused":
             return False
@@ -704,7 +710,7 @@ class AdaptiveRateController(PacedController):
         bound = self.setpoint() if testing else 2.0 * self.setpoint() - 1.0
         if current >= bound * base:
             self._in_flight = "refused"
-            self._set_rate(PROBE_DRAIN * self._probe_from)
+            self._set_rate(min(self.rate, PROBE_DRAIN * self._probe_from))
             return True
         if testing and self._in_flight_left <= 0:
             self._in_flight = "allowed"
