@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+from in_flight import most_at_once
 
 from crawler.config import CrawlConfig
 from runtime.backends import crawl_in_process
@@ -16,7 +17,6 @@ from runtime.fleet import single_node
 from websim import PhysicalQueue, WebSim, WebSpec
 from websim.coverage import coverage
 from websim.physical import FifoQueue, best_polite_rate, paced_run, unloaded_median_s
-from websim.sim import QueuedRequest
 
 
 def test_fifo_queue_makes_a_request_wait_only_for_busy_workers() -> None:
@@ -93,20 +93,6 @@ def test_served_requests_wait_for_a_worker() -> None:
     assert all(entry["service_s"] >= 0.055 for entry in log)
 
 
-def _most_at_once(entries: list[QueuedRequest]) -> int:
-    """The most requests a queue host had at once (waiting or served)."""
-    events = sorted(
-        [(e["time"], 1) for e in entries]
-        + [(e["time"] + e["wait_s"] + e["service_s"], -1) for e in entries],
-        key=lambda event: (event[0], event[1]),  # an answer leaves before the next arrives
-    )
-    most = current = 0
-    for _, step in events:
-        current += step
-        most = max(most, current)
-    return most
-
-
 @pytest.mark.integration
 def test_a_server_with_workers_to_spare_gets_a_second_request_in_flight(tmp_path) -> None:
     # docs/rate-control.md, the in-flight test, in a real node with default settings: the
@@ -131,4 +117,8 @@ def test_a_server_with_workers_to_spare_gets_a_second_request_in_flight(tmp_path
     assert many is not None and many.in_flight_limit() == 2
     assert one is not None and one.in_flight_limit() == 1
     names = sorted({entry["host"] for entry in log})
-    assert [_most_at_once([e for e in log if e["host"] == name]) for name in names] == [2, 2]
+    spans = [
+        [(e["time"], e["time"] + e["wait_s"] + e["service_s"]) for e in log if e["host"] == name]
+        for name in names
+    ]
+    assert [most_at_once(host_spans) for host_spans in spans] == [2, 2]

@@ -4,6 +4,7 @@ and the connection statistics learn what each server allows."""
 from __future__ import annotations
 
 import pytest
+from in_flight import most_at_once
 
 from crawler.config import CrawlConfig
 from runtime.backends import crawl_in_process
@@ -68,19 +69,6 @@ def test_policy_crawls_everything_once_and_learns_each_server(web, tmp_path, pol
             assert stats.response_time > 0.0005
 
 
-def _most_in_flight(log: list[dict], service_s: float) -> int:
-    """The most requests a server side saw at once, each taking `service_s` from arrival."""
-    events = sorted(
-        [(e["time"], 1) for e in log] + [(e["time"] + service_s, -1) for e in log],
-        key=lambda event: (event[0], event[1]),  # an answer leaves before the next arrives
-    )
-    most = current = 0
-    for _, step in events:
-        current += step
-        most = max(most, current)
-    return most
-
-
 @pytest.mark.parametrize(("mode", "bounded"), [("rtt", True), ("fixed", False)])
 def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bounded):
     # docs/rate-control.md's MaxRequestCount bounds requests in flight, not only a delay. Every
@@ -107,7 +95,7 @@ def test_rtt_mode_bounds_the_requests_in_flight_over_the_node(tmp_path, mode, bo
         config = CrawlConfig(scheduling={"max_connections": 8}, rate_control=settings)
         crawl_in_process(single_node(mode, str(tmp_path), config, hosts), sim.host_urls)
         log = sim.request_log()  # robots.txt answers take the 100 ms as well
-    most = _most_in_flight(log, 0.1)
+    most = most_at_once((e["time"], e["time"] + 0.1) for e in log)
     if bounded:
         assert most <= 2
     else:
