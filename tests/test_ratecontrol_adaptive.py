@@ -735,7 +735,7 @@ def test_a_ban_a_crawl_delay_or_the_setting_keep_one_request_in_flight() -> None
 
 
 @pytest.mark.parametrize(
-    ("workers", "most_median", "least_rate"), [(1, 1.5, 10.0), (2, 1.35, 20.0)]
+    ("workers", "most_median", "least_rate"), [(1, 1.5, 10.6), (2, 1.35, 22.6)]
 )
 def test_adaptive_stays_polite_on_a_queue_near_saturation(
     workers: int, most_median: float, least_rate: float
@@ -749,13 +749,22 @@ def test_adaptive_stays_polite_on_a_queue_near_saturation(
     # on each swing: 10.8/s and 22.4/s on average over the 400 pages (7.2/s and 14.2/s over 16
     # pages; back to back: 16.0 and 26.2/s), the medians at most 1.44x and 1.21x (1.3x and
     # 1.22x over 16 pages; over 30 seeds 1.44x and 1.25x). The in-flight test's burst, two
-    # back to back until R rises, puts the two-worker server's at up to 1.30x.
+    # back to back until R rises, puts the two-worker server's at up to 1.30x. A test stopped
+    # by the others' busy period whose line still gives a floor drains from the test's own rate
+    # (1/R back to back), not from the ceiling's: 11.0/s and 23.3/s (10.3/s and 22.2/s draining
+    # from the ceiling's), medians at most 1.49x and 1.22x. The one-worker
+    # server never keeps two in flight: in seed 10 the in-flight test came in the others' busy
+    # period (R twice U), and two requests' R, compared with that inflated one, rose by less
+    # than the setpoint; allowed, they put the median at 1.82x. Now no test starts above the
+    # setpoint.
     queue = PhysicalQueue(workers, background_load=0.6)
     unloaded = unloaded_median_s(queue)
     rates = []
-    for seed in range(6):
+    for seed in (*range(6), 10):
         controller = AdaptiveRateController(RateControlSettings(), RETRY, 0.0)
         times, answered = run_physical(controller, queue, pages=400, seed=seed)
         assert statistics.median(times) <= most_median * unloaded, seed
-        rates.append(400 / (answered[-1] - 1.0))
+        assert workers > 1 or controller.in_flight_limit() == 1, seed
+        if seed < 6:
+            rates.append(400 / (answered[-1] - 1.0))
     assert statistics.mean(rates) >= least_rate

@@ -631,8 +631,15 @@ class AdaptiveRateController(PacedController):
         if flat and unloaded is not None and before is not None and unloaded > before:
             self._end_step_test()
             self.queueing.floor_s = unloaded
-            if not strong:
-                return
+            if strong and current is not None:
+                # The line says the crawler's own rate did not raise the RTT; R rose with other
+                # users' busy periods. The test's own rate (1/R back to back, R as inflated as
+                # it got) was as polite as any, so the drain starts from it, not from the
+                # rate before the test (the ceiling's, about a third of it), which left a
+                # one-worker queue at 60% background load to climb back from 7 to 20
+                # requests/s over 35 seconds (fourteenth round).
+                self._set_rate(PROBE_DRAIN * max(self._probe_from, 1.0 / current))
+            return
         elif flat and self._tests < STEP_TESTS:
             # Neither a floor nor a clear rise: asked again later, the line through these
             # pages and the next test's (see RISE_EVIDENCE).
@@ -659,10 +666,12 @@ class AdaptiveRateController(PacedController):
     def _in_flight_test(self) -> bool:
         """A second request in flight, asked of a server that showed the crawler's requests do
         not wait behind each other (U has a floor: the flat check or the step test found its RTT
-        does not rise with the crawler's rate, one request at a time) and whose pace asks for
-        more than one connection gives (r x R > 1). One connection back to back reaches only
-        1 / (the server's time + the client's), and on a server with several workers a second
-        request is served beside the first.
+        does not rise with the crawler's rate, one request at a time), whose pace asks for
+        more than one connection gives (r x R > 1), and whose R/U is under the setpoint now (a
+        test started in other users' busy period, R already twice U, compares the two requests'
+        R with that inflated one and can allow them on a single worker). One connection back to
+        back reaches only 1 / (the server's time + the client's), and on a server with several
+        workers a second request is served beside the first.
 
         The test: back to back with two requests in flight for IN_FLIGHT_TEST_WINDOWS windows
         of R. R rising by the setpoint's distance over its value with one request in flight
@@ -691,6 +700,7 @@ class AdaptiveRateController(PacedController):
                 and self.backlog >= IN_FLIGHT_MIN_BACKLOG
                 and current is not None
                 and self.rate * current > 1.0
+                and (self.inflation() or 0.0) < self.setpoint()
             ):
                 self._in_flight = "testing"
                 self._in_flight_left = IN_FLIGHT_TEST_WINDOWS * self.queueing.recent_window
