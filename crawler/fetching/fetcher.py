@@ -14,6 +14,7 @@ import codecs
 import contextlib
 import hashlib
 import http.client
+import io
 import itertools
 import math
 import re
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import requests
 import webencodings
@@ -377,7 +378,7 @@ class _WholeAnswerResponse(http.client.HTTPResponse):
     def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # the 8-KB reader http.client opened (the socket stays open)
-        self.fp = sock.makefile("rb", _CHUNK)
+        self.fp = cast(io.BufferedReader, sock.makefile("rb", _CHUNK))  # "rb", buffered
 
 
 class _WireTimedConnection(HTTPConnection):
