@@ -372,7 +372,7 @@ class _WholeAnswerResponse(http.client.HTTPResponse):
     where an 8-KB buffer reads the head and the body's first bytes, then the rest in more
     reads. Each read of a socket with a timeout is a poll and a recv, and each releases the
     GIL: with a node's threads waiting for it, a handover and a thread switch. Over loopback
-    this saves about 3.4 of a request's 10 such calls (bench/results/cpu_per_page/NOTES.md).
+    this saves about 4 of a request's 10 such calls (bench/results/cpu_per_page/NOTES.md).
     No request is pipelined, so nothing past the answer is in the buffer."""
 
     def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
