@@ -409,3 +409,76 @@ def test_requests_are_what_requests_session_get_sends(request_heads):
     assert b"\r\nCookie: k=v\r\n" in heads[1]
     assert b'\r\nIf-None-Match: "v1"\r\n' in heads[1]
     assert heads[2:] == heads[:2]
+
+
+@pytest.fixture
+def framed_answers():
+    """A keep-alive server on loopback whose answers are framed every way the reads must
+    undo: a body longer than the client's read buffer, a chunked one, an empty one, and one
+    that closes the connection. Its port, and how many connections it took."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    connections: list[int] = []
+
+    def answer(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("rb") as reader:
+            while True:
+                request = reader.readline()
+                while (line := reader.readline()) not in (b"", b"\r\n"):
+                    pass
+                if not line:  # the client closed the connection
+                    return
+                path = request.split()[1].decode()
+                if path == "/chunked":
+                    chunks = [FRAMED_BODIES[path][:10], FRAMED_BODIES[path][10:]]
+                    framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        + framed
+                        + b"0\r\n\r\n"
+                    )
+                    continue
+                body = FRAMED_BODIES[path]
+                close = b"Connection: close\r\n" if path == "/close" else b""
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (close, len(body), body)
+                )
+                if close:
+                    return
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn = listener.accept()[0]
+                conn.settimeout(10)
+                connections.append(1)
+                threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1], connections
+    listener.close()
+
+
+FRAMED_BODIES = {
+    "/long": bytes(range(256)) * 600,  # 150 KB: more than one read buffer
+    "/chunked": b"0123456789" + b"x" * 70_000,
+    "/empty": b"",
+    "/close": b"bye",
+}
+
+
+def test_answers_read_whole_over_one_connection_whatever_their_framing(framed_answers):
+    """Each answer's body is exactly what the server sent, one after another over the same
+    keep-alive connection (nothing of one answer is lost to, or left for, the next), and every
+    answer names the address it came from, after a reconnection too."""
+    port, connections = framed_answers
+    session = ServerSession(CONFIG)
+    paths = ["/long", "/chunked", "/empty", "/long", "/close", "/chunked"]
+    try:
+        results = [session.get(f"http://127.0.0.1:{port}{path}") for path in paths]
+    finally:
+        session.close()
+    assert [(r.status, r.error) for r in results] == [(200, None)] * len(paths)
+    assert [r.body for r in results] == [FRAMED_BODIES[path] for path in paths]
+    assert [r.ip_address for r in results] == ["127.0.0.1"] * len(paths)
+    assert len(connections) == 2  # kept alive until the server closed it

@@ -94,6 +94,9 @@ _POSITION = (
     np.uint64(0x165667B19E3779F9),
 )
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+# A shingle's little-endian byte j is its big-endian byte 7 - j: counted under key
+# value + 256 * (7 - j), one bincount holds the 8 bytes' histograms, big-endian byte first.
+_BYTE_KEYS = np.arange(7, -1, -1, dtype=np.intp) * 256
 
 
 def simhash(text: str) -> int | None:
@@ -107,11 +110,14 @@ def simhash(text: str) -> int | None:
     words = text.split()
     if not words:
         return None
+    # Few numpy calls: each on a page's thousands of words releases the GIL, on a busy node
+    # a handover to another thread and a wait to get it back (bench/results/cpu_per_page/
+    # NOTES.md, session 17).
     hashes = _hashes(words)
     size = min(SHINGLE_WORDS, len(words))
     count = len(words) - size + 1
-    shingles = np.zeros(count, dtype=np.uint64)
-    for position in range(size):
+    shingles = hashes[:count] * _POSITION[0]
+    for position in range(1, size):
         shingles ^= hashes[position : position + count] * _POSITION[position]
     shingles ^= shingles >> np.uint64(30)
     shingles *= _MIX[0]
@@ -124,10 +130,9 @@ def simhash(text: str) -> int | None:
     shingles = shingles[np.concatenate(([True], shingles[1:] != shingles[:-1]))]
     # How many shingles set each of the 64 bits (most significant first), a byte at a time:
     # how often each value occurs in that byte, times the bits of each value.
-    octets = shingles.astype(">u8").view(np.uint8).reshape(len(shingles), 8)
-    ones = np.concatenate(
-        [np.bincount(octets[:, byte], minlength=256) @ _BITS_OF_BYTE for byte in range(8)]
-    )
+    octets = shingles.astype("<u8", copy=False).view(np.uint8).reshape(len(shingles), 8)
+    counts = np.bincount((octets + _BYTE_KEYS).ravel(), minlength=8 * 256)
+    ones = (counts.reshape(8, 256) @ _BITS_OF_BYTE).ravel()
     majority = ones * 2 > len(shingles)
     value = int.from_bytes(np.packbits(majority).tobytes(), "big")
     return value - (1 << 64) if value >= 1 << 63 else value

@@ -13,6 +13,8 @@ import base64
 import codecs
 import contextlib
 import hashlib
+import http.client
+import io
 import itertools
 import math
 import re
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import requests
 import webencodings
@@ -364,6 +366,21 @@ def _kernel_rtt_s(sock: socket.socket, offset: int) -> float | None:
     return rtt_us / 1e6 if rtt_us else None
 
 
+class _WholeAnswerResponse(http.client.HTTPResponse):
+    """Reads its connection through a buffer of _CHUNK bytes, not io's 8 KB: the first read
+    takes what has arrived of the answer, head and body (a whole 40-KB page over loopback),
+    where an 8-KB buffer reads the head and the body's first bytes, then the rest in more
+    reads. Each read of a socket with a timeout is a poll and a recv, and each releases the
+    GIL: with a node's threads waiting for it, a handover and a thread switch. Over loopback
+    this saves about 4 of a request's 10 such calls (bench/results/cpu_per_page/NOTES.md).
+    No request is pipelined, so nothing past the answer is in the buffer."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # the 8-KB reader http.client opened (the socket stays open)
+        self.fp = cast(io.BufferedReader, sock.makefile("rb", _CHUNK))  # "rb", buffered
+
+
 class _WireTimedConnection(HTTPConnection):
     """Stamps each exchange close to the socket: as the request is about to be written (once
     the connection is up), and once the response's status line and headers are read (before
@@ -372,12 +389,14 @@ class _WireTimedConnection(HTTPConnection):
     stamp comes before the write on purpose: taken after it, a thread that waits for the GIL
     once its bytes are out would stamp late, by as much as the server's whole answer."""
 
+    response_class = _WholeAnswerResponse
     request_sent_at: float | None = None
     response_read_at: float | None = None
     handshake_s: float | None = None  # this connection's TCP handshake, until taken
     network_rtt_s: float | None = None  # the kernel's least RTT on it, at the last answer
     peer_address: str | None = None  # the address the last answer came from
     pinned_address: str | None = None  # connect here instead of resolving the server's name
+    connected_to: str | None = None  # the address of the socket's peer, read once it connects
 
     def _new_conn(self) -> socket.socket:
         # The TCP connect only: TLS, if any, comes after. urllib3 connects to `_dns_host`,
@@ -392,6 +411,11 @@ class _WireTimedConnection(HTTPConnection):
             self._dns_host = name
         # Right after the connect, the kernel's only RTT sample is the handshake's.
         self.handshake_s = _kernel_rtt_s(sock, _TCPI_RTT_OFFSET)
+        # A connected socket's peer does not change: read once, not at every answer
+        # (getpeername releases the GIL, a handover on a busy node).
+        self.connected_to = None
+        with contextlib.suppress(OSError, IndexError):
+            self.connected_to = str(sock.getpeername()[0])
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
@@ -407,8 +431,7 @@ class _WireTimedConnection(HTTPConnection):
         response = super().getresponse()
         self.response_read_at = time.monotonic()
         self.network_rtt_s = _kernel_rtt_s(sock, _TCPI_MIN_RTT_OFFSET)
-        with contextlib.suppress(OSError, AttributeError, IndexError):  # closed, not a socket
-            self.peer_address = str(sock.getpeername()[0])
+        self.peer_address = self.connected_to
         return response
 
     @property
