@@ -8,6 +8,9 @@ plain objects; the Ray tests run the flow and kill a node actor, or let it add o
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 
 from crawler.cluster.recovery import OutputRecovery
 from crawler.config import config_from_dict, with_overrides
+from runtime import ray_backend
 from runtime.fleet import FleetPlan, LoneNode
 from runtime.inprocess import InProcessFleet
 from storage.checkpoint import ADMITTED_SQL
@@ -325,3 +329,39 @@ def test_the_local_ray_listens_on_loopback_only(ray_session):
         assert all(
             (getattr(address, "ipv4_mapped", None) or address).is_loopback for address in addresses
         ), (port, addresses)
+
+
+def test_nodes_keep_to_one_core_each_only_where_they_have_no_more_cores(ray_session):
+    # The session's Ray is this one machine: one core each from as many nodes as cores.
+    cores = len(os.sched_getaffinity(0))
+    assert ray_backend.one_core_each(cores)
+    assert not ray_backend.one_core_each(cores - 1)
+
+
+KEEP_TO_ONE_CORE = """
+import os, threading
+from runtime.ray_backend import keep_to_one_core
+started = threading.Event()
+before = threading.Thread(target=started.wait)
+before.start()
+keep_to_one_core({index})
+after = threading.Thread(target=started.wait)
+after.start()
+print(sorted({{tuple(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}}))
+started.set()
+"""
+
+
+def test_a_node_process_keeps_every_thread_to_its_core():
+    """The threads running before the call and those started after it: all on the core the
+    index names, modulo the cores the process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    index = len(cores) + 1  # wraps around
+    child = subprocess.run(
+        [sys.executable, "-c", KEEP_TO_ONE_CORE.format(index=index)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert child.stdout.strip() == str([(cores[index % len(cores)],)])
