@@ -352,37 +352,53 @@ def test_the_request_asks_only_for_the_encodings_the_limits_hold_for(hostile_web
     assert result.request_headers["Accept-Encoding"] == "gzip, deflate"
 
 
-@pytest.fixture
-def request_heads():
-    """A keep-alive server on loopback: its port, and the head of each request it answered
-    (those that bring no cookie are answered with one)."""
+@contextlib.contextmanager
+def keep_alive_server(answer):
+    """A server on loopback that reads each request's head (its request line and headers) over
+    keep-alive connections and lets `answer(connection, head)` reply (False: close the
+    connection). Its port, and one entry for each connection it took."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(10)
-    heads: list[bytes] = []
+    connections: list[int] = []
 
-    def answer(conn: socket.socket) -> None:
+    def serve_connection(conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn, conn.makefile("rb") as reader:
             while True:
                 lines = []
                 while (line := reader.readline()) not in (b"", b"\r\n"):
                     lines.append(line)
-                if not line:  # the client closed the connection
+                if not line or not answer(conn, b"".join(lines)):  # closed, or to close
                     return
-                head = b"".join(lines)
-                heads.append(head)
-                cookie = b"" if b"\r\nCookie:" in head else b"Set-Cookie: k=v\r\n"
-                conn.sendall(b"HTTP/1.1 200 OK\r\n" + cookie + b"Content-Length: 0\r\n\r\n")
 
     def serve() -> None:
         with contextlib.suppress(OSError):
             while True:
                 conn = listener.accept()[0]
                 conn.settimeout(10)
-                threading.Thread(target=answer, args=(conn,), daemon=True).start()
+                connections.append(1)
+                threading.Thread(target=serve_connection, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1], heads
-    listener.close()
+    try:
+        yield listener.getsockname()[1], connections
+    finally:
+        listener.close()
+
+
+@pytest.fixture
+def request_heads():
+    """A keep-alive server on loopback: its port, and the head of each request it answered
+    (those that bring no cookie are answered with one)."""
+    heads: list[bytes] = []
+
+    def answer(conn: socket.socket, head: bytes) -> bool:
+        heads.append(head)
+        cookie = b"" if b"\r\nCookie:" in head else b"Set-Cookie: k=v\r\n"
+        conn.sendall(b"HTTP/1.1 200 OK\r\n" + cookie + b"Content-Length: 0\r\n\r\n")
+        return True
+
+    with keep_alive_server(answer) as (port, _):
+        yield port, heads
 
 
 def test_requests_are_what_requests_session_get_sends(request_heads):
@@ -416,47 +432,25 @@ def framed_answers():
     """A keep-alive server on loopback whose answers are framed every way the reads must
     undo: a body longer than the client's read buffer, a chunked one, an empty one, and one
     that closes the connection. Its port, and how many connections it took."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(10)
-    connections: list[int] = []
 
-    def answer(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError), conn, conn.makefile("rb") as reader:
-            while True:
-                request = reader.readline()
-                while (line := reader.readline()) not in (b"", b"\r\n"):
-                    pass
-                if not line:  # the client closed the connection
-                    return
-                path = request.split()[1].decode()
-                if path == "/chunked":
-                    chunks = [FRAMED_BODIES[path][:10], FRAMED_BODIES[path][10:]]
-                    framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
-                    conn.sendall(
-                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        + framed
-                        + b"0\r\n\r\n"
-                    )
-                    continue
-                body = FRAMED_BODIES[path]
-                close = b"Connection: close\r\n" if path == "/close" else b""
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (close, len(body), body)
-                )
-                if close:
-                    return
+    def answer(conn: socket.socket, head: bytes) -> bool:
+        path = head.split()[1].decode()
+        if path == "/chunked":
+            chunks = [FRAMED_BODIES[path][:10], FRAMED_BODIES[path][10:]]
+            framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+            )
+            return True
+        body = FRAMED_BODIES[path]
+        close = b"Connection: close\r\n" if path == "/close" else b""
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (close, len(body), body)
+        )
+        return not close
 
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn = listener.accept()[0]
-                conn.settimeout(10)
-                connections.append(1)
-                threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1], connections
-    listener.close()
+    with keep_alive_server(answer) as server:
+        yield server
 
 
 FRAMED_BODIES = {
