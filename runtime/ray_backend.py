@@ -204,8 +204,8 @@ def one_core_each(nodes: int) -> bool:
     machine and it has no more cores than the crawl has nodes. A node's threads share one GIL;
     spread over several cores, each time one of them releases it (a socket read, gzip, numpy)
     another core's thread waits for it through the kernel, about a fifth of a busy node's CPU
-    on two cores. On one core the handover is a plain switch: with two nodes on two cores,
-    the crawl of bench/cpu_per_page took 7% less CPU and a fifth less time
+    on two cores. On one core the handover is a plain switch: with two nodes on two cores, the
+    crawl of bench/cpu_per_page took 5-11% less CPU and 15-20% less time
     (bench/results/cpu_per_page/NOTES.md). With cores to spare, a node keeps them for the C
     work that runs beside its Python (gzip, Parquet, lxml's parse)."""
     machines = sum(1 for machine in ray.nodes() if machine["Alive"])
@@ -356,7 +356,7 @@ class RayFleet(Fleet):
         self.stops_ray = COMMAND_RAY.claim()
         config = plan.config
         self.launched: list[RayNode] = []  # the planned nodes and every node added since
-        self.core_each = one_core_each(len(plan.nodes))
+        self._one_core_each = one_core_each(len(plan.nodes))
         resources = ray.cluster_resources()
         # Each actor gets its node type's size, scaled down when the plan holds more nodes
         # than the cluster has room for (surcharge nodes on one machine): Ray would never
@@ -442,7 +442,7 @@ class RayFleet(Fleet):
                 # nodes then share out its network and its machines' failures.
                 scheduling_strategy="SPREAD",
             )
-            .remote(plan.node(node_id, hosts), len(self.launched) if self.core_each else None)
+            .remote(plan.node(node_id, hosts), len(self.launched) if self._one_core_each else None)
         )
         node = RayNode(node_id, actor)
         self.launched.append(node)
