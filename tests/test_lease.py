@@ -73,8 +73,10 @@ def test_the_lease_is_no_output(s3_server):
 def test_an_expired_lease_is_taken_over_and_its_run_is_fenced(s3_server):
     stale = pretend_other_machine(lease_of("expired", expiry_s=1.0))
     stale.acquire()
+    # Held for whoever finds it renewed within their expiry: 60 s here, so that a slow
+    # machine between the two calls cannot make it stale (with 1 s, CI once took it over).
     with pytest.raises(LeaseHeld):
-        lease_of("expired", expiry_s=1.0).acquire()
+        lease_of("expired").acquire()
     time.sleep(2.1)  # the store's clock counts whole seconds
     taker = lease_of("expired", expiry_s=1.0)
     taker.acquire()
