@@ -676,13 +676,11 @@ class AdaptiveRateController(PacedController):
         The test: back to back with two requests in flight for IN_FLIGHT_TEST_WINDOWS windows
         of R. R rising by the setpoint's distance over its value with one request in flight
         (looked at every RECENT_SAMPLES / 2 responses, as in the step test) says the two wait
-        for each other
-        (one worker, or workers kept busy by other users): back to one for the rest of the
-        crawl, at PROBE_DRAIN of the rate before at most (the queue the test built drains
-        first).
-        Otherwise two stay allowed, the delay side steering the pace as before, until R
-        shows strong queueing over the same reference (2 x setpoint - 1, as after a ban).
-        A ban sends it back to one as well (see `_on_outcome`). True while the test runs, and
+        for each other (one worker, or workers kept busy by other users): back to one for the
+        rest of the crawl, at PROBE_DRAIN of the rate before at most (the queue the test built
+        drains first). Otherwise two stay allowed, the delay side steering the pace as before,
+        until R shows strong queueing over the same reference (2 x setpoint - 1, as after a
+        ban). A ban sends it back to one as well (see `_on_outcome`). True while the test runs, and
         on the response that refuses: the pace stays back to back during the test (the delay
         side would slow it to where the two requests no longer meet, and the test would see
         nothing), and the refusal sets it."""
